@@ -1,0 +1,336 @@
+// Package config loads gpuscope's configuration file: a prometheus.yml whose
+// Prometheus sections are parsed by Prometheus's own config package, with
+// gpuscope's settings beside them.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	promconfig "github.com/prometheus/prometheus/config"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuscope/gpuscope/scrape/cadvisor"
+)
+
+// DefaultScrapeInterval is the source document's interval: fine enough to
+// see a GPU stall, coarse enough to keep the head small. Prometheus's own
+// default (1m) is too coarse for GPU work.
+const DefaultScrapeInterval = 15 * time.Second
+
+//go:embed gpuscope.yml
+var defaultFile []byte
+
+// DefaultFile returns the embedded default configuration, the same text the
+// packages install as /etc/gpuscope/gpuscope.yml.
+func DefaultFile() []byte { return bytes.Clone(defaultFile) }
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	// Prometheus holds the sections of a prometheus.yml (global,
+	// scrape_configs, rule_files, alerting, remote_write, remote_read,
+	// storage, tracing, otlp, runtime), exactly as Prometheus parses them.
+	Prometheus *promconfig.Config
+
+	Cadvisor cadvisor.Config
+	Web      Web
+
+	// File is the path the config came from; empty for the embedded default.
+	File string
+}
+
+// Web holds settings of the HTTP server that may also be given as flags;
+// a flag given on the command line wins.
+type Web struct {
+	ListenAddress string `yaml:"listen_address"`
+	// ExternalURL is the URL under which gpuscope is reachable, used in
+	// alert links (generatorURL).
+	ExternalURL string `yaml:"external_url"`
+	// CORSOrigin is a regular expression of origins allowed to call the API.
+	CORSOrigin string `yaml:"cors_origin"`
+}
+
+// own is the part of the file that belongs to gpuscope.
+type own struct {
+	Cadvisor cadvisor.Config `yaml:"cadvisor"`
+	Web      Web             `yaml:"web"`
+}
+
+func defaultOwn() own {
+	return own{
+		Cadvisor: cadvisor.DefaultConfig(),
+		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
+	}
+}
+
+// LoadFile reads and validates a config file. Relative paths inside it
+// (rule_files, file_sd_configs, TLS files) are resolved against its folder,
+// as Prometheus does.
+func LoadFile(path string, logger *slog.Logger) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	cfg, err := Load(data, path, logger)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	cfg.Prometheus.SetDirectory(filepath.Dir(path))
+	return cfg, nil
+}
+
+// Default returns the embedded default configuration.
+func Default(logger *slog.Logger) *Config {
+	cfg, err := Load(defaultFile, "", logger)
+	if err != nil {
+		// The embedded file is tested; failing here is a build defect.
+		panic(fmt.Sprintf("embedded default config is invalid: %v", err))
+	}
+	return cfg
+}
+
+// Load parses a config from memory. Errors carry the line numbers of data.
+func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	parts, err := split(data)
+	if err != nil {
+		return nil, err
+	}
+
+	promCfg, err := promconfig.Load(string(parts.prometheus), logger)
+	if err != nil {
+		return nil, err
+	}
+	if parts.defaultsNeeded() {
+		// Prometheus would default the intervals to 1m and copy that into
+		// every job; reload with gpuscope's defaults filled in. The text was
+		// valid above, so errors below would be ours.
+		text, err := parts.prometheusWithDefaults()
+		if err != nil {
+			return nil, fmt.Errorf("apply default intervals: %w", err)
+		}
+		if promCfg, err = promconfig.Load(text, logger); err != nil {
+			return nil, fmt.Errorf("with gpuscope's default %s intervals: %w", model.Duration(DefaultScrapeInterval), err)
+		}
+	}
+
+	// Exemplar storage is always on in gpuscope (Grafana asks for
+	// exemplars); Prometheus fills this section only when its feature flag
+	// is set.
+	if promCfg.StorageConfig.ExemplarsConfig == nil {
+		ec := promconfig.DefaultExemplarsConfig
+		promCfg.StorageConfig.ExemplarsConfig = &ec
+	}
+
+	o := defaultOwn()
+	dec := yaml.NewDecoder(bytes.NewReader(parts.own))
+	dec.KnownFields(true)
+	if err := dec.Decode(&o); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if err := o.Cadvisor.Validate(); err != nil {
+		return nil, err
+	}
+
+	return &Config{
+		Prometheus: promCfg,
+		Cadvisor:   o.Cadvisor,
+		Web:        o.Web,
+		File:       file,
+	}, nil
+}
+
+// ScrapeInterval is the global scrape interval.
+func (c *Config) ScrapeInterval() time.Duration {
+	return time.Duration(c.Prometheus.GlobalConfig.ScrapeInterval)
+}
+
+// prometheusKeys are the top-level keys of a prometheus.yml, read from
+// Prometheus's own struct so that a section added upstream is routed to it
+// without a change here.
+func prometheusKeys() map[string]bool {
+	keys := map[string]bool{}
+	t := reflect.TypeFor[promconfig.Config]()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("yaml")
+		name, _, _ := strings.Cut(tag, ",")
+		if name != "" && name != "-" {
+			keys[name] = true
+		}
+	}
+	return keys
+}
+
+// parts is a config file split into the Prometheus text and gpuscope's own
+// text. Both keep the original line numbers: lines belonging to the other
+// part are blanked, so errors from either parser point into the user's file.
+type parts struct {
+	prometheus []byte
+	own        []byte
+	root       *yaml.Node // the whole document, for injecting defaults
+}
+
+func split(data []byte) (*parts, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 {
+		return &parts{}, nil // empty file: all defaults
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: the config must be a mapping of sections (global, scrape_configs, gpu, ...)", root.Line)
+	}
+	promKeys := prometheusKeys()
+	if root.Style&yaml.FlowStyle != 0 {
+		return splitFlow(root, promKeys)
+	}
+
+	lines := strings.SplitAfter(string(data), "\n")
+	promLines := make([]string, len(lines))
+	ownLines := make([]string, len(lines))
+	copy(promLines, lines)
+	copy(ownLines, lines)
+	for i := 0; i < len(root.Content); i += 2 {
+		key := root.Content[i]
+		first := key.Line - 1
+		last := len(lines) - 1
+		if i+2 < len(root.Content) {
+			last = root.Content[i+2].Line - 2
+		}
+		blank := promLines
+		if promKeys[key.Value] {
+			blank = ownLines
+		}
+		for l := first; l <= last && l < len(lines); l++ {
+			if strings.HasSuffix(lines[l], "\n") {
+				blank[l] = "\n"
+			} else {
+				blank[l] = ""
+			}
+		}
+	}
+	return &parts{
+		prometheus: []byte(strings.Join(promLines, "")),
+		own:        []byte(strings.Join(ownLines, "")),
+		root:       root,
+	}, nil
+}
+
+// splitFlow handles a file written as one flow mapping ({global: ...}), where
+// sections cannot be told apart by line; line numbers stay those of the
+// first line.
+func splitFlow(root *yaml.Node, promKeys map[string]bool) (*parts, error) {
+	promNode := &yaml.Node{Kind: yaml.MappingNode}
+	ownNode := &yaml.Node{Kind: yaml.MappingNode}
+	for i := 0; i < len(root.Content); i += 2 {
+		dst := ownNode
+		if promKeys[root.Content[i].Value] {
+			dst = promNode
+		}
+		dst.Content = append(dst.Content, root.Content[i], root.Content[i+1])
+	}
+	p, err := yaml.Marshal(promNode)
+	if err != nil {
+		return nil, err
+	}
+	o, err := yaml.Marshal(ownNode)
+	if err != nil {
+		return nil, err
+	}
+	return &parts{prometheus: p, own: o, root: root}, nil
+}
+
+// globalDefaults are the global settings gpuscope defaults differently from
+// Prometheus.
+var globalDefaults = []struct{ key, value string }{
+	{"scrape_interval", model.Duration(DefaultScrapeInterval).String()},
+	{"evaluation_interval", model.Duration(DefaultScrapeInterval).String()},
+}
+
+func (p *parts) global() *yaml.Node {
+	if p.root == nil {
+		return nil
+	}
+	for i := 0; i < len(p.root.Content); i += 2 {
+		if p.root.Content[i].Value == "global" {
+			return p.root.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func (p *parts) defaultsNeeded() bool {
+	g := p.global()
+	if g == nil || g.Kind != yaml.MappingNode {
+		return true
+	}
+	for _, d := range globalDefaults {
+		if mappingValue(g, d.key) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func mappingValue(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// prometheusWithDefaults re-renders the Prometheus sections with the missing
+// global defaults added.
+func (p *parts) prometheusWithDefaults() (string, error) {
+	promKeys := prometheusKeys()
+	out := &yaml.Node{Kind: yaml.MappingNode}
+	var global *yaml.Node
+	if p.root != nil {
+		for i := 0; i < len(p.root.Content); i += 2 {
+			k, v := p.root.Content[i], p.root.Content[i+1]
+			if !promKeys[k.Value] {
+				continue
+			}
+			if k.Value == "global" {
+				if v.Kind != yaml.MappingNode { // `global:` with no value
+					v = &yaml.Node{Kind: yaml.MappingNode}
+				} else {
+					c := *v
+					c.Content = append([]*yaml.Node(nil), v.Content...)
+					v = &c
+				}
+				global = v
+			}
+			out.Content = append(out.Content, k, v)
+		}
+	}
+	if global == nil {
+		global = &yaml.Node{Kind: yaml.MappingNode}
+		out.Content = append([]*yaml.Node{{Kind: yaml.ScalarNode, Value: "global"}, global}, out.Content...)
+	}
+	for _, d := range globalDefaults {
+		if mappingValue(global, d.key) == nil {
+			global.Content = append(global.Content,
+				&yaml.Node{Kind: yaml.ScalarNode, Value: d.key},
+				&yaml.Node{Kind: yaml.ScalarNode, Value: d.value})
+		}
+	}
+	b, err := yaml.Marshal(out)
+	return string(b), err
+}

@@ -1,0 +1,74 @@
+// Package query builds the PromQL engine and, around it, the rule manager
+// and the notifier that delivers alerts.
+package query
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// EngineOptions configure the PromQL engine.
+type EngineOptions struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// DataDir holds the active query tracker's file, so queries running at a
+	// crash are logged at the next start, as in Prometheus.
+	DataDir        string
+	Timeout        time.Duration
+	MaxSamples     int
+	MaxConcurrency int
+	LookbackDelta  time.Duration
+	Parser         parser.Parser
+}
+
+// Engine is a PromQL engine with the state that belongs to it.
+type Engine struct {
+	*promql.Engine
+	tracker *promql.ActiveQueryTracker
+	// noStepSubqueryInterval is the step of `expr[5m:]` subqueries: the
+	// rule evaluation interval, as in Prometheus; it follows config reloads.
+	noStepSubqueryInterval atomic.Int64
+}
+
+// NewEngine creates the engine with the @ modifier and negative offsets on,
+// as Prometheus always runs it.
+func NewEngine(o EngineOptions) (*Engine, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	tracker, err := promql.NewActiveQueryTracker(o.DataDir, o.MaxConcurrency, o.Logger.With("component", "activeQueryTracker"))
+	if err != nil {
+		return nil, fmt.Errorf("create active query tracker in %s: %w", o.DataDir, err)
+	}
+	e := &Engine{tracker: tracker}
+	e.noStepSubqueryInterval.Store(time.Minute.Milliseconds())
+	e.Engine = promql.NewEngine(promql.EngineOpts{
+		Logger:                   o.Logger.With("component", "query engine"),
+		Reg:                      o.Registerer,
+		MaxSamples:               o.MaxSamples,
+		Timeout:                  o.Timeout,
+		ActiveQueryTracker:       tracker,
+		LookbackDelta:            o.LookbackDelta,
+		NoStepSubqueryIntervalFn: func(int64) int64 { return e.noStepSubqueryInterval.Load() },
+		EnableAtModifier:         true,
+		EnableNegativeOffset:     true,
+		Parser:                   o.Parser,
+	})
+	return e, nil
+}
+
+// SetEvaluationInterval sets the step of subqueries without one.
+func (e *Engine) SetEvaluationInterval(d time.Duration) {
+	e.noStepSubqueryInterval.Store(d.Milliseconds())
+}
+
+// Close releases the active query tracker's file.
+func (e *Engine) Close() error {
+	return e.tracker.Close()
+}

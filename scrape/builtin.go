@@ -1,0 +1,81 @@
+package scrape
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/common/model"
+	promconfig "github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery"
+)
+
+// Built-in job names. They are reserved: a user job with one of these names
+// is a config error.
+const (
+	JobSelf     = "gpuscope"
+	JobCadvisor = "cadvisor"
+	JobGPU      = "gpu"
+)
+
+// Builtin describes the collectors of this process that the built-in jobs
+// scrape.
+type Builtin struct {
+	// Address is the host:port of this process's collectors.
+	Address string
+	// Instance is the `instance` label of every built-in series: the node's
+	// host name, so series from several nodes line up by machine, not by
+	// 127.0.0.1:port.
+	Instance string
+	Cadvisor bool
+	GPU      bool
+}
+
+// AddBuiltinJobs prepends the built-in jobs to cfg's scrape configs, with
+// the global scrape interval and Prometheus's defaults for everything else.
+func AddBuiltinJobs(cfg *promconfig.Config, b Builtin) error {
+	jobs := []*promconfig.ScrapeConfig{builtinJob(JobSelf, "/metrics", b)}
+	if b.Cadvisor {
+		j := builtinJob(JobCadvisor, "/metrics/cadvisor", b)
+		// cAdvisor stamps samples with the time its housekeeping read the
+		// cgroup. Honour that, and still mark series of a vanished
+		// container stale at once, as Prometheus's own cAdvisor setups do.
+		j.HonorTimestamps = true
+		j.TrackTimestampsStaleness = true
+		jobs = append(jobs, j)
+	}
+	if b.GPU {
+		jobs = append(jobs, builtinJob(JobGPU, "/metrics/gpu", b))
+	}
+	for _, user := range cfg.ScrapeConfigs {
+		for _, j := range jobs {
+			if user.JobName == j.JobName {
+				return fmt.Errorf("scrape_configs: job_name %q is reserved for gpuscope's built-in collector; choose another name", user.JobName)
+			}
+		}
+	}
+	for _, j := range jobs {
+		if err := j.Validate(cfg.GlobalConfig); err != nil {
+			return fmt.Errorf("built-in job %s: %w", j.JobName, err)
+		}
+	}
+	cfg.ScrapeConfigs = append(jobs, cfg.ScrapeConfigs...)
+	return nil
+}
+
+func builtinJob(name, path string, b Builtin) *promconfig.ScrapeConfig {
+	c := promconfig.DefaultScrapeConfig
+	c.JobName = name
+	c.MetricsPath = path
+	c.Scheme = "http"
+	c.ServiceDiscoveryConfigs = discovery.Configs{
+		discovery.StaticConfig{{
+			Targets: []model.LabelSet{{model.AddressLabel: model.LabelValue(b.Address)}},
+			Labels:  model.LabelSet{model.InstanceLabel: model.LabelValue(b.Instance)},
+			Source:  name,
+		}},
+	}
+	return &c
+}
+
+func modelDuration(d time.Duration) model.Duration { return model.Duration(d) }
+

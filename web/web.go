@@ -1,0 +1,240 @@
+// Package web serves gpuscope's HTTP endpoints on echo: the Prometheus HTTP
+// API v1 (what Grafana's Prometheus data source calls), the collectors'
+// /metrics endpoints, health, readiness, lifecycle and a status page.
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/grafana/regexp"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	toolkitweb "github.com/prometheus/exporter-toolkit/web"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+var errNoScrapeManager = errors.New("scraping is not running")
+
+// Options configure the HTTP server.
+type Options struct {
+	Logger *slog.Logger
+	// ListenAddress is the address the server listens on, as configured
+	// (used in the API's target URLs).
+	ListenAddress string
+	ExternalURL   *url.URL
+	CORSOrigin    *regexp.Regexp
+	// WebConfigFile is exporter-toolkit's web config (TLS, basic auth);
+	// empty serves plain HTTP.
+	WebConfigFile string
+	// MaxRequestBodyBytes limits every request body.
+	MaxRequestBodyBytes int64
+	EnableLifecycle     bool
+	// Gatherer serves the process's own metrics at /metrics.
+	Gatherer   prometheus.Gatherer
+	Registerer prometheus.Registerer
+	// API is nil for `gpuscope agent`, which serves no API.
+	API *APIOptions
+	// Status renders extra lines of the status page (where to point
+	// Grafana, the data directory, ...).
+	Status func() []StatusLine
+}
+
+// StatusLine is one line of the status page.
+type StatusLine struct{ Name, Value string }
+
+// Handler is the HTTP side of the appliance.
+type Handler struct {
+	opts  Options
+	echo  *echo.Echo
+	ready atomic.Bool
+
+	// metrics are the collectors' endpoints; they are served on the public
+	// listener and on the in-memory self listener the built-in scrape jobs
+	// use, so self-scrapes need neither the network nor credentials.
+	metricsMux *http.ServeMux
+	self       *bufconn.Listener
+
+	reloadCh chan chan error
+	quitCh   chan struct{}
+	quitOnce sync.Once
+}
+
+// New builds the handler and its routes.
+func New(o Options) *Handler {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ExternalURL == nil {
+		o.ExternalURL = &url.URL{Scheme: "http", Host: o.ListenAddress}
+	}
+	if o.CORSOrigin == nil {
+		o.CORSOrigin = regexp.MustCompile("^(?:.*)$")
+	}
+	h := &Handler{
+		opts:       o,
+		echo:       echo.New(),
+		metricsMux: http.NewServeMux(),
+		self:       bufconn.Listen(1 << 20),
+		reloadCh:   make(chan chan error),
+		quitCh:     make(chan struct{}),
+	}
+	e := h.echo
+	e.HideBanner = true
+	e.HidePort = true
+	e.Use(middleware.Recover())
+	if o.MaxRequestBodyBytes > 0 {
+		e.Use(bodyLimit(o.MaxRequestBodyBytes))
+	}
+
+	e.GET("/-/healthy", func(c echo.Context) error {
+		return c.String(http.StatusOK, "gpuscope is Healthy.\n")
+	})
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/-/ready", func(c echo.Context) error {
+		if !h.ready.Load() {
+			return c.String(http.StatusServiceUnavailable, "Service Unavailable\n")
+		}
+		return c.String(http.StatusOK, "gpuscope is Ready.\n")
+	})
+	if o.EnableLifecycle {
+		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/reload", h.reload)
+		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/quit", h.quit)
+	}
+
+	if o.Gatherer != nil {
+		h.metricsMux.Handle("/metrics", promhttp.InstrumentMetricHandler(o.Registerer,
+			promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{Registry: o.Registerer})))
+	}
+	for _, p := range []string{"/metrics", "/metrics/*"} {
+		e.Any(p, echo.WrapHandler(h.metricsMux))
+	}
+
+	if o.API != nil {
+		api := newAPI(*o.API, o.ListenAddress, o.ExternalURL, o.CORSOrigin, h.testReady, o.Gatherer, o.Registerer, o.Logger.With("component", "api"))
+		e.Any("/api/v1/*", echo.WrapHandler(registerAPI(api)))
+	}
+	e.GET("/", h.statusPage)
+	return h
+}
+
+// MountMetrics serves a collector's exposition at path (/metrics/cadvisor,
+// /metrics/gpu), publicly and to the built-in self-scrapes.
+func (h *Handler) MountMetrics(path string, handler http.Handler) {
+	h.metricsMux.Handle(path, handler)
+}
+
+// Echo exposes the router so other packages can add their routes
+// (dashboards, federation).
+func (h *Handler) Echo() *echo.Echo { return h.echo }
+
+// SetReady marks the appliance ready (TSDB open, config applied) or not.
+func (h *Handler) SetReady(ready bool) { h.ready.Store(ready) }
+
+// testReady gates the API: 503 until the TSDB is open and the WAL
+// replayed.
+func (h *Handler) testReady(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "Service Unavailable")
+			return
+		}
+		f(w, r)
+	}
+}
+
+// Reload delivers /-/reload requests; the receiver answers on the channel.
+func (h *Handler) Reload() <-chan chan error { return h.reloadCh }
+
+// Quit is closed by /-/quit.
+func (h *Handler) Quit() <-chan struct{} { return h.quitCh }
+
+func (h *Handler) reload(c echo.Context) error {
+	rc := make(chan error)
+	select {
+	case h.reloadCh <- rc:
+	case <-c.Request().Context().Done():
+		return c.Request().Context().Err()
+	}
+	if err := <-rc; err != nil {
+		return c.String(http.StatusInternalServerError, fmt.Sprintf("failed to reload config: %s\n", err))
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+func (h *Handler) quit(c echo.Context) error {
+	h.quitOnce.Do(func() { close(h.quitCh) })
+	return c.String(http.StatusOK, "Requesting termination... Goodbye!\n")
+}
+
+// SelfDial connects to the in-memory listener that serves /metrics*.
+func (h *Handler) SelfDial(ctx context.Context) (net.Conn, error) {
+	return h.self.DialContext(ctx)
+}
+
+// Listen opens the public listener; called before anything slow starts so
+// a port in use fails the start at once.
+func Listen(address string) (net.Listener, error) {
+	l, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (set --web.listen-address to a free address): %w", address, err)
+	}
+	return l, nil
+}
+
+// Run serves on l and on the self listener until ctx ends, then shuts down
+// gracefully.
+func (h *Handler) Run(ctx context.Context, l net.Listener) error {
+	public := &http.Server{
+		Handler:           h.echo,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(h.opts.Logger.Handler(), slog.LevelError),
+	}
+	self := &http.Server{Handler: h.metricsMux, ReadHeaderTimeout: 30 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() {
+		webConfig := h.opts.WebConfigFile
+		errc <- toolkitweb.Serve(l, public, &toolkitweb.FlagConfig{WebConfigFile: &webConfig}, h.opts.Logger)
+	}()
+	go func() { errc <- self.Serve(h.self) }()
+
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve HTTP: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(public.Shutdown(shutdownCtx), self.Shutdown(shutdownCtx))
+}
+
+// bodyLimit rejects request bodies over n bytes with 413, so a client
+// cannot make the server buffer unbounded form or push data.
+func bodyLimit(n int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.ContentLength > n {
+				return c.String(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes\n", n))
+			}
+			if r.Body != nil {
+				r.Body = http.MaxBytesReader(c.Response(), r.Body, n)
+			}
+			return next(c)
+		}
+	}
+}
