@@ -78,4 +78,3 @@ func builtinJob(name, path string, b Builtin) *promconfig.ScrapeConfig {
 }
 
 func modelDuration(d time.Duration) model.Duration { return model.Duration(d) }
-

@@ -128,4 +128,3 @@ func (notReadyAppender) Append(storage.SeriesRef, labels.Labels, int64, int64, f
 }
 func (notReadyAppender) Commit() error   { return errNotReady }
 func (notReadyAppender) Rollback() error { return errNotReady }
-

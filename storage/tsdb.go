@@ -30,7 +30,7 @@ type Options struct {
 	// report replay while Open runs. Nil allocates new stats.
 	Stats      *tsdb.DBStats
 	Logger     *slog.Logger
-	Registerer     prometheus.Registerer
+	Registerer prometheus.Registerer
 }
 
 // DefaultMaxExemplars is Prometheus's default for --storage.exemplars.exemplars-limit
