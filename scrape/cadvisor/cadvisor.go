@@ -71,6 +71,13 @@ func New(o Options) (*Collector, error) {
 	*manager.HousekeepingInterval = interval
 	maxInterval := max(60*time.Second, interval)
 	allowDynamic := true
+	// cAdvisor's raw factory accepts a cgroup when its name has one of
+	// these prefixes; its flag's empty default splits to [""], which
+	// accepts every cgroup. An empty list would accept only "/".
+	prefixes := o.Config.RawCgroupPrefixAllowlist
+	if len(prefixes) == 0 {
+		prefixes = []string{""}
+	}
 	m, err := manager.New(
 		// Keep two housekeeping rounds of stats: the exporter reads only the
 		// latest one, and rates are computed by PromQL, not by cAdvisor.
@@ -78,7 +85,7 @@ func New(o Options) (*Collector, error) {
 		sysfs.NewRealSysFs(),
 		manager.HousekeepingConfig{Interval: &maxInterval, AllowDynamic: &allowDynamic},
 		set,
-		o.Config.RawCgroupPrefixAllowlist,
+		prefixes,
 		o.Config.EnvMetadataAllowlist,
 		"", // no perf events config: perf_event metrics stay empty unless configured
 		0,  // resctrl interval: resctrl is off by default

@@ -45,8 +45,13 @@ type Config struct {
 }
 
 // DefaultDisabledMetrics are the metric sets cAdvisor's binary disables by
-// default (its --disable_metrics default); gpuscope keeps the same default.
+// default (its --disable_metrics default), plus percpu, which the kubelet
+// also disables: per-CPU series multiply every container's CPU series by
+// the core count (128 cores × 100 containers = 12,800 series) and every
+// dashboard sums them away. With it off, container_cpu_usage_seconds_total
+// has one series per container, cpu="total", as on a kubelet.
 var DefaultDisabledMetrics = []container.MetricKind{
+	container.PerCpuUsageMetrics,
 	container.NetworkAdvancedTcpUsageMetrics,
 	container.CPUTopologyMetrics,
 	container.CPUSetMetrics,

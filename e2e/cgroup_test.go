@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// testCgroup is a cgroup this test made, in the hierarchies cAdvisor reads
+// CPU and memory from (cgroup v1) or in the unified hierarchy (v2).
+type testCgroup struct {
+	// ID is the container id cAdvisor gives it: its path below the
+	// hierarchy root.
+	ID   string
+	dirs []string
+}
+
+// newCgroup creates /<name> or skips the test when the kernel refuses
+// (not root, read-only cgroupfs).
+func newCgroup(t *testing.T, name string) *testCgroup {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(cgroupRoot, &st); err != nil {
+		t.Skipf("no cgroup filesystem at %s: %v", cgroupRoot, err)
+	}
+	var bases []string
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		bases = []string{cgroupRoot}
+	} else {
+		for _, c := range []string{"cpu", "cpuacct", "cpu,cpuacct", "memory"} {
+			p := filepath.Join(cgroupRoot, c)
+			var cst unix.Statfs_t
+			if unix.Statfs(p, &cst) == nil && cst.Type == unix.CGROUP_SUPER_MAGIC {
+				// cpu and cpuacct may be one hierarchy under two names.
+				real, err := filepath.EvalSymlinks(p)
+				if err == nil && !contains(bases, real) {
+					bases = append(bases, real)
+				}
+			}
+		}
+	}
+	if len(bases) == 0 {
+		t.Skip("no cpu/cpuacct cgroup hierarchy found")
+	}
+	cg := &testCgroup{ID: "/" + name}
+	for _, b := range bases {
+		d := filepath.Join(b, name)
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			cg.remove()
+			t.Skipf("kernel refused to create cgroup %s (tests need root): %v", d, err)
+		}
+		cg.dirs = append(cg.dirs, d)
+	}
+	t.Cleanup(cg.remove)
+	return cg
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// burn starts a busy-loop child in the cgroup and returns it.
+func (cg *testCgroup) burn(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start CPU burner: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	for _, d := range cg.dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("move burner into %s: %v", d, err)
+		}
+	}
+	return cmd
+}
+
+// remove deletes the cgroup; the kernel refuses while tasks remain, so it
+// retries briefly after the burner was killed.
+func (cg *testCgroup) remove() {
+	for _, d := range cg.dirs {
+		for i := 0; i < 50; i++ {
+			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	cg.dirs = nil
+}
+
+func (cg *testCgroup) String() string { return fmt.Sprintf("cgroup %s in %v", cg.ID, cg.dirs) }

@@ -1,0 +1,242 @@
+// Package e2e builds the gpuscope binary and tests it from the outside, the
+// way users and Grafana meet it: as a process with flags, a config file, a
+// data directory and an HTTP API.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+// binary is the gpuscope executable built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpuscope-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "gpuscope")
+	build := exec.Command("go", "build", "-o", binary, "..")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build gpuscope:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// process is a running gpuscope.
+type process struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	URL     string
+	DataDir string
+	out     *syncBuffer
+	exited  chan struct{}
+	exitErr error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// writeConfig writes a config file into dir and returns its path.
+func writeConfig(t *testing.T, dir, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, "gpuscope.yml")
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+	return p
+}
+
+// start runs the binary with args and returns at once; the process is
+// killed at cleanup if still running.
+func start(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{t: t, out: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("gpuscope %v output:\n%s", args, p.out.String())
+		}
+	})
+	return p
+}
+
+// serve starts `gpuscope serve` on a free port with dataDir (created if
+// empty) and waits until /-/ready answers 200.
+func serve(t *testing.T, dataDir string, args ...string) *process {
+	t.Helper()
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	port := freePort(t)
+	all := append([]string{"serve",
+		"--web.listen-address=127.0.0.1:" + strconv.Itoa(port),
+		"--storage.tsdb.path=" + dataDir,
+		"--node.name=e2e-node",
+	}, args...)
+	p := start(t, all...)
+	p.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+	p.DataDir = dataDir
+	p.waitReady(90 * time.Second)
+	return p
+}
+
+func (p *process) waitReady(timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			p.t.Fatalf("gpuscope exited before ready: %v\n%s", p.exitErr, p.out.String())
+		default:
+		}
+		resp, err := http.Get(p.URL + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.t.Fatalf("gpuscope not ready after %s\n%s", timeout, p.out.String())
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *process) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		p.t.Fatalf("gpuscope did not exit within %s\n%s", timeout, p.out.String())
+	}
+	var ee *exec.ExitError
+	if errors.As(p.exitErr, &ee) {
+		return ee.ExitCode()
+	}
+	require.NoError(p.t, p.exitErr)
+	return 0
+}
+
+func (p *process) signal(sig syscall.Signal) {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(sig))
+}
+
+// api is a Prometheus API client for the process, as Grafana would use it.
+func (p *process) api() promv1.API {
+	p.t.Helper()
+	c, err := api.NewClient(api.Config{Address: p.URL})
+	require.NoError(p.t, err)
+	return promv1.NewAPI(c)
+}
+
+// eventually polls f until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+}
+
+// instant runs an instant query and returns its vector.
+func (p *process) instant(q string) (model.Vector, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, _, _, err := p.api().Query(ctx, q, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("%s: result is %s, not a vector", q, v.Type())
+	}
+	return vec, nil
+}
+
+// get fetches a URL path of the process and returns status and body.
+func (p *process) get(path string) (int, string) {
+	p.t.Helper()
+	resp, err := http.Get(p.URL + path)
+	require.NoError(p.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(p.t, err)
+	return resp.StatusCode, string(b)
+}
+
+// post sends a form-encoded body to path (with its own query string, if
+// any) as Grafana does.
+func (p *process) post(path, form string) (int, string) {
+	p.t.Helper()
+	resp, err := http.Post(p.URL+path, "application/x-www-form-urlencoded", strings.NewReader(form))
+	require.NoError(p.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(p.t, err)
+	return resp.StatusCode, string(b)
+}
