@@ -79,7 +79,7 @@ func New(o Options) (*Scraper, error) {
 		// Scrape the built-in collectors as soon as the appliance is ready
 		// rather than one reload interval later.
 		DiscoveryReloadOnStartup: true,
-		HTTPClientOptions:       []config_util.HTTPClientOption{config_util.WithDialContextFunc(dial)},
+		HTTPClientOptions:        []config_util.HTTPClientOption{config_util.WithDialContextFunc(dial)},
 	}, o.Logger.With("component", "scrape manager"), nil, nil, o.Appendable, o.Registerer)
 	if err != nil {
 		cancel()
