@@ -1,0 +1,205 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promconfig "github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	apiv1 "github.com/prometheus/prometheus/web/api/v1"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/storage"
+)
+
+// newTestHandler builds the real handler over a real TSDB holding one
+// series, `demo{gpu="0"}` = 42 at every minute of the last hour.
+func newTestHandler(t *testing.T, o Options) (*Handler, *httptest.Server) {
+	t.Helper()
+	db, err := storage.Open(storage.Options{Dir: t.TempDir(), Retention: 24 * time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	app := db.Appender(context.Background())
+	now := time.Now()
+	for ts := now.Add(-time.Hour); !ts.After(now); ts = ts.Add(time.Minute) {
+		_, err := app.Append(0, labels.FromStrings("__name__", "demo", "gpu", "0"), ts.UnixMilli(), 42)
+		require.NoError(t, err)
+	}
+	require.NoError(t, app.Commit())
+	ready := storage.NewReady()
+	ready.Set(db)
+
+	reg := prometheus.NewRegistry()
+	o.Gatherer, o.Registerer = reg, reg
+	o.ListenAddress = "127.0.0.1:0"
+	o.API = &APIOptions{
+		QueryEngine: promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, EnableAtModifier: true, EnableNegativeOffset: true,
+			NoStepSubqueryIntervalFn: func(int64) int64 { return 60000 }}),
+		Queryable: ready,
+		Exemplars: ready,
+		TSDB:      ready,
+		TSDBDir:   db.Dir(),
+		Config:    func() promconfig.Config { return promconfig.DefaultConfig },
+		Flags:     map[string]string{"web.listen-address": "127.0.0.1:0"},
+		RuntimeInfo: func() (apiv1.RuntimeInfo, error) {
+			return apiv1.RuntimeInfo{StartTime: now}, nil
+		},
+		BuildInfo: &apiv1.PrometheusVersion{Version: "1.2.3"},
+	}
+	h := New(o)
+	srv := httptest.NewServer(h.echo)
+	t.Cleanup(srv.Close)
+	return h, srv
+}
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestReadinessGatesTheAPI(t *testing.T) {
+	h, srv := newTestHandler(t, Options{})
+
+	code, _ := get(t, srv.URL+"/-/healthy")
+	require.Equal(t, 200, code, "healthy before ready")
+	code, _ = get(t, srv.URL+"/-/ready")
+	require.Equal(t, 503, code)
+	code, _ = get(t, srv.URL+"/api/v1/query?query=demo")
+	require.Equal(t, 503, code, "API answers 503 until the TSDB is open")
+	code, body := get(t, srv.URL+"/api/v1/status/walreplay")
+	require.Equal(t, 200, code, "WAL replay progress is readable during replay: %s", body)
+
+	h.SetReady(true)
+	code, _ = get(t, srv.URL+"/-/ready")
+	require.Equal(t, 200, code)
+	code, body = get(t, srv.URL+"/api/v1/query?query=demo")
+	require.Equal(t, 200, code, body)
+	var r struct {
+		Data struct {
+			Result []struct {
+				Metric map[string]string
+				Value  [2]any
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &r))
+	require.Len(t, r.Data.Result, 1)
+	require.Equal(t, "42", r.Data.Result[0].Value[1])
+}
+
+func TestAPIErrorsAndLimits(t *testing.T) {
+	h, srv := newTestHandler(t, Options{MaxRequestBodyBytes: 1024})
+	h.SetReady(true)
+
+	code, body := get(t, srv.URL+"/api/v1/query?query="+url.QueryEscape("rate(demo[5m]"))
+	require.Equal(t, 400, code)
+	require.Contains(t, body, `"errorType":"bad_data"`)
+
+	code, body = get(t, srv.URL+"/api/v1/query_range?query=demo&start=0&end=100000&step=1")
+	require.Equal(t, 400, code)
+	require.Contains(t, body, "exceeded maximum resolution of 11,000 points")
+
+	// A body over the limit is refused before it is read.
+	resp, err := http.Post(srv.URL+"/api/v1/query", "application/x-www-form-urlencoded", strings.NewReader("query="+strings.Repeat("a", 4096)))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+
+	// Admin endpoints are off unless enabled.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/admin/tsdb/snapshot", nil)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NotEqual(t, 200, resp.StatusCode)
+	require.Contains(t, string(b), "admin APIs disabled")
+
+	// Lifecycle endpoints are not routed unless enabled.
+	resp, err = http.Post(srv.URL+"/-/quit", "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotEqual(t, 200, resp.StatusCode)
+}
+
+func TestLifecycleReload(t *testing.T) {
+	h, srv := newTestHandler(t, Options{EnableLifecycle: true})
+	h.SetReady(true)
+	go func() {
+		rc := <-h.Reload()
+		rc <- nil
+	}()
+	resp, err := http.Post(srv.URL+"/-/reload", "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	resp, err = http.Post(srv.URL+"/-/quit", "", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	select {
+	case <-h.Quit():
+	case <-time.After(time.Second):
+		t.Fatal("/-/quit did not close Quit()")
+	}
+}
+
+// TestSelfListenerServesMetrics: the collectors' endpoints answer on the
+// in-memory listener the built-in jobs scrape, without the API.
+func TestSelfListenerServesMetrics(t *testing.T) {
+	h, _ := newTestHandler(t, Options{})
+	h.MountMetrics("/metrics/demo", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "demo_metric 1\n")
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx, l) }()
+
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return h.SelfDial(ctx) },
+	}}
+	resp, err := client.Get("http://anything/metrics/demo")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, "demo_metric 1\n", string(b))
+
+	resp, err = client.Get("http://anything/api/v1/query?query=1")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 404, resp.StatusCode, "the self listener serves only /metrics*")
+
+	resp, err = http.Get("http://" + l.Addr().String() + "/metrics")
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(b), "promhttp_metric_handler_requests_total")
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestListenPortInUse(t *testing.T) {
+	l, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = Listen(l.Addr().String())
+	require.ErrorContains(t, err, "address already in use")
+	require.ErrorContains(t, err, "--web.listen-address")
+}
