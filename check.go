@@ -8,6 +8,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/scrape"
 )
 
@@ -51,5 +52,6 @@ func builtinJobs(cfg *config.Config, address, instance string) scrape.Builtin {
 		Address:  address,
 		Instance: instance,
 		Cadvisor: cfg.Cadvisor.Enabled,
+		GPU:      cfg.GPU.Backend != gpu.BackendNone,
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/version"
 	promconfig "github.com/prometheus/prometheus/config"
@@ -32,6 +34,7 @@ import (
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
@@ -61,6 +64,8 @@ type serveFlags struct {
 	maxConcurrency  int
 	lookbackDelta   model.Duration
 	nodeName        string
+	gpuBackend      string
+	demo            bool
 	flagValues      func() map[string]string
 }
 
@@ -83,6 +88,8 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("query.max-samples", "Maximum number of samples a single query can load into memory.").Default("50000000").IntVar(&f.maxSamples)
 	c.Flag("query.max-concurrency", "Maximum number of queries executed concurrently.").Default("20").IntVar(&f.maxConcurrency)
 	c.Flag("query.lookback-delta", "How far back to look for a sample of a series at an instant.").Default("5m").SetValue(&f.lookbackDelta)
+	c.Flag("gpu.backend", "GPU backend: auto, nvml, sim or none. Default: the config file's gpu.backend (auto).").EnumVar(&f.gpuBackend, gpu.BackendAuto, gpu.BackendNVML, gpu.BackendSim, gpu.BackendNone)
+	c.Flag("demo", "Run simulated GPUs with one scenario each (training, leak, input-bound, memory-bound, thermal, idle, XID) so every dashboard and alert has data without a GPU.").BoolVar(&f.demo)
 	c.Flag("node.name", "This node's name: the `instance` label of its built-in series and the Hostname label of GPU series. Default: the host name.").Envar("NODE_NAME").StringVar(&f.nodeName)
 	f.flagValues = func() map[string]string {
 		m := map[string]string{}
@@ -122,6 +129,7 @@ type appliance struct {
 	engine   *query.Engine
 	scraper  *scrape.Scraper
 	cadvisor *cadvisor.Collector
+	gpu      *gpu.Collector
 
 	config         atomic.Pointer[config.Config]
 	reloadSuccess  prometheus.Gauge
@@ -191,6 +199,24 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 			Config:   cfg.Cadvisor,
 			Interval: cfg.ScrapeInterval(),
 			Logger:   logger.With("component", "cadvisor"),
+		})
+		if err != nil {
+			a.listener.Close()
+			return nil, err
+		}
+	}
+
+	if cfg.GPU.Backend != gpu.BackendNone {
+		var lookup func(string) (string, string, bool)
+		if a.cadvisor != nil {
+			lookup = a.cadvisor.Lookup
+		}
+		a.gpu, err = gpu.New(gpu.Options{
+			Config:          cfg.GPU,
+			Interval:        cfg.GPUInterval(),
+			Hostname:        a.nodeName,
+			Logger:          logger.With("component", "gpu"),
+			ContainerLookup: lookup,
 		})
 		if err != nil {
 			a.listener.Close()
@@ -276,6 +302,11 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 	if a.cadvisor != nil {
 		a.web.MountMetrics("/metrics/cadvisor", a.cadvisor.Handler())
 	}
+	if a.gpu != nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(a.gpu)
+		a.web.MountMetrics("/metrics/gpu", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	}
 	a.config.Store(cfg)
 	return a, nil
 }
@@ -316,6 +347,12 @@ func (a *appliance) loadConfig(selfAddr string) (*config.Config, error) {
 	} else if cfg, err = config.LoadFile(a.flags.configFile, a.logger); err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
+	if a.flags.demo {
+		cfg.GPU = gpu.DemoConfig()
+	}
+	if a.flags.gpuBackend != "" {
+		cfg.GPU.Backend = a.flags.gpuBackend
+	}
 	if err := scrape.AddBuiltinJobs(cfg.Prometheus, builtinJobs(cfg, selfAddr, a.nodeName)); err != nil {
 		return nil, fmt.Errorf("load config %s: %w", a.flags.configFile, err)
 	}
@@ -351,6 +388,9 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	group.start("web", a.web.Run, fail("web"), a.listener)
 	if a.cadvisor != nil {
 		group.start("cadvisor", func(ctx context.Context, _ net.Listener) error { return a.cadvisor.Run(ctx) }, fail("cadvisor"), nil)
+	}
+	if a.gpu != nil {
+		group.start("gpu", func(ctx context.Context, _ net.Listener) error { return a.gpu.Run(ctx) }, fail("gpu"), nil)
 	}
 
 	logger.Info("Opening TSDB", "dir", a.flags.dataDir)
@@ -428,8 +468,8 @@ func (a *appliance) reload() error {
 		return err
 	}
 	old := a.config.Load()
-	if cfg.Cadvisor.Enabled != old.Cadvisor.Enabled || cfg.Web != old.Web {
-		a.logger.Warn("Changes to the cadvisor and web sections take effect at the next start")
+	if !reflect.DeepEqual(cfg.Cadvisor, old.Cadvisor) || !reflect.DeepEqual(cfg.GPU, old.GPU) || cfg.Web != old.Web {
+		a.logger.Warn("Changes to the cadvisor, gpu and web sections take effect at the next start")
 	}
 	return a.applyConfig(cfg)
 }

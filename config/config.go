@@ -20,6 +20,7 @@ import (
 	promconfig "github.com/prometheus/prometheus/config"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 )
 
@@ -43,6 +44,7 @@ type Config struct {
 	Prometheus *promconfig.Config
 
 	Cadvisor cadvisor.Config
+	GPU      gpu.Config
 	Web      Web
 
 	// File is the path the config came from; empty for the embedded default.
@@ -63,12 +65,14 @@ type Web struct {
 // own is the part of the file that belongs to gpuscope.
 type own struct {
 	Cadvisor cadvisor.Config `yaml:"cadvisor"`
+	GPU      gpu.Config      `yaml:"gpu"`
 	Web      Web             `yaml:"web"`
 }
 
 func defaultOwn() own {
 	return own{
 		Cadvisor: cadvisor.DefaultConfig(),
+		GPU:      gpu.DefaultConfig(),
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
 	}
 }
@@ -143,13 +147,26 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 	if err := o.Cadvisor.Validate(); err != nil {
 		return nil, err
 	}
+	if err := o.GPU.Validate(); err != nil {
+		return nil, err
+	}
 
 	return &Config{
 		Prometheus: promCfg,
 		Cadvisor:   o.Cadvisor,
+		GPU:        o.GPU,
 		Web:        o.Web,
 		File:       file,
 	}, nil
+}
+
+// GPUInterval is how often the GPU collector samples: its own setting, or
+// the scrape interval.
+func (c *Config) GPUInterval() time.Duration {
+	if c.GPU.Interval > 0 {
+		return time.Duration(c.GPU.Interval)
+	}
+	return c.ScrapeInterval()
 }
 
 // ScrapeInterval is the global scrape interval.

@@ -50,8 +50,13 @@ type Config struct {
 // the core count (128 cores × 100 containers = 12,800 series) and every
 // dashboard sums them away. With it off, container_cpu_usage_seconds_total
 // has one series per container, cpu="total", as on a kubelet.
+//
+// perf_event is off too: its metrics need a perf events config file,
+// which gpuscope does not take, and with it on cAdvisor logs a failed
+// perf_event cgroup lookup for every container.
 var DefaultDisabledMetrics = []container.MetricKind{
 	container.PerCpuUsageMetrics,
+	container.PerfMetrics,
 	container.NetworkAdvancedTcpUsageMetrics,
 	container.CPUTopologyMetrics,
 	container.CPUSetMetrics,

@@ -1,0 +1,162 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// burnerTest starts a sim whose input-bound GPU burns CPU in a real
+// cgroup. It skips where cgroups cannot be written (not root, read-only
+// cgroupfs in a container).
+func burnerTest(t *testing.T, id string) (*Collector, *simBackend, *syncBuffer) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	var logs syncBuffer
+	o := simOptions(newFakeClock(), SimGPU{Scenario: ScenarioInputBound, Container: id})
+	o.Config.Sim.CPUBurn = true
+	o.CgroupRoot = cgroupRoot
+	o.Interval = 50 * time.Millisecond
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c, err := New(o)
+	require.NoError(t, err)
+	sim := c.backend.(*simBackend)
+	// Leave the memory cgroup this test runs in alone.
+	sim.burnControllers = []string{"cpu", "cpuacct", "pids"}
+	return c, sim, &logs
+}
+
+func TestCPUBurnerRunsInCgroup(t *testing.T) {
+	id := fmt.Sprintf("/gpuscope-test/burn-%d", os.Getpid())
+	c, sim, logs := burnerTest(t, id)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	c.collectOnce(ctx)
+	if len(sim.burners) == 0 {
+		t.Skipf("the kernel refused the cgroup: %s", logs.String())
+	}
+	require.Len(t, sim.burners, 1)
+	pid := sim.burners[0].pid()
+
+	// The burner sits in the container's cgroup, and the pid-to-container
+	// mapping used for GPU processes finds it there.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	got, err := cgroupIDFromProcFile(b)
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+
+	// It is limited to half a core and uses it.
+	require.Equal(t, "50000", cgroupCPUQuota(t, id))
+	u1, t1 := cgroupCPUUsage(t, id), time.Now()
+	time.Sleep(time.Second)
+	u2, t2 := cgroupCPUUsage(t, id), time.Now()
+	cores := (u2 - u1).Seconds() / t2.Sub(t1).Seconds()
+	require.Greater(t, cores, 0.2, "the burner burns")
+	require.Less(t, cores, 0.75, "within its quota")
+
+	// The GPU side names the same container.
+	reg := newRegistry(t, c)
+	mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
+
+	require.NoError(t, c.stop(false, nil))
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "burner killed")
+	for _, h := range []string{"cpu", "cpuacct", "pids"} {
+		if dir := v1Hierarchy(cgroupRoot, h); dir != "" {
+			_, err := os.Stat(filepath.Join(dir, id))
+			require.ErrorIs(t, err, os.ErrNotExist, "cgroup removed from %s", h)
+			_, err = os.Stat(filepath.Join(dir, "gpuscope-test"))
+			require.ErrorIs(t, err, os.ErrNotExist, "parent created for it removed from %s", h)
+		}
+	}
+}
+
+func TestCPUBurnerStopsWithRun(t *testing.T) {
+	id := fmt.Sprintf("/gpuscope-test/run-%d", os.Getpid())
+	c, sim, logs := burnerTest(t, id)
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		return bytes.Contains(logs.Bytes(), []byte("Burning CPU")) || bytes.Contains(logs.Bytes(), []byte("Cannot burn CPU"))
+	}, 5*time.Second, 5*time.Millisecond)
+	if bytes.Contains(logs.Bytes(), []byte("Cannot burn CPU")) {
+		cancel()
+		require.NoError(t, <-done)
+		t.Skipf("the kernel refused the cgroup: %s", logs.String())
+	}
+	pid := pidFromLog(t, logs.String())
+	cancel()
+	require.NoError(t, <-done)
+	require.Empty(t, sim.burners)
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "burner killed when Run ends")
+	_, err := os.Stat(filepath.Join(v1Hierarchy(cgroupRoot, "cpu"), id))
+	require.True(t, errors.Is(err, os.ErrNotExist) || v1Hierarchy(cgroupRoot, "cpu") == "")
+}
+
+func TestCPUBurnerWithoutRoot(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs as root")
+	}
+	_, err := startCPUBurner(bg, burnerOptions{root: cgroupRoot, id: "/x", cores: 0.5})
+	require.ErrorContains(t, err, "root")
+}
+
+func pidFromLog(t *testing.T, logs string) int {
+	t.Helper()
+	i := strings.Index(logs, "pid=")
+	require.GreaterOrEqual(t, i, 0, logs)
+	f := strings.Fields(logs[i+4:])
+	pid, err := strconv.Atoi(f[0])
+	require.NoError(t, err)
+	return pid
+}
+
+func cgroupCPUQuota(t *testing.T, id string) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		b, err := os.ReadFile(filepath.Join(cgroupRoot, id, "cpu.max"))
+		require.NoError(t, err)
+		return strings.Fields(string(b))[0]
+	}
+	b, err := os.ReadFile(filepath.Join(v1Hierarchy(cgroupRoot, "cpu"), id, "cpu.cfs_quota_us"))
+	require.NoError(t, err)
+	return strings.TrimSpace(string(b))
+}
+
+// cgroupCPUUsage is the container's CPU time as cAdvisor reads it.
+func cgroupCPUUsage(t *testing.T, id string) time.Duration {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		b, err := os.ReadFile(filepath.Join(cgroupRoot, id, "cpu.stat"))
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "usage_usec" {
+				us, err := strconv.ParseInt(f[1], 10, 64)
+				require.NoError(t, err)
+				return time.Duration(us) * time.Microsecond
+			}
+		}
+		t.Fatal("no usage_usec in cpu.stat")
+	}
+	b, err := os.ReadFile(filepath.Join(v1Hierarchy(cgroupRoot, "cpuacct"), id, "cpuacct.usage"))
+	require.NoError(t, err)
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	require.NoError(t, err)
+	return time.Duration(ns)
+}

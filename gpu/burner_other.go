@@ -1,0 +1,17 @@
+//go:build !linux
+
+package gpu
+
+import (
+	"context"
+	"errors"
+)
+
+type cpuBurner struct{}
+
+func startCPUBurner(context.Context, burnerOptions) (*cpuBurner, error) {
+	return nil, errors.New("burning CPU in a cgroup needs Linux")
+}
+
+func (*cpuBurner) pid() int    { return 0 }
+func (*cpuBurner) stop() error { return nil }

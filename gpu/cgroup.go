@@ -1,0 +1,162 @@
+package gpu
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// cgroupIDFromProcFile returns the container id cAdvisor gives the cgroup
+// that /proc/<pid>/cgroup content b describes. cAdvisor names a container
+// by its cgroup path. On cgroup v1 (including hybrid machines, where the
+// unified hierarchy only carries systemd's tracking) that is the path in
+// the cpu hierarchy, which cAdvisor reads CPU usage from; on a pure v2
+// machine it is the path on the "0::" line. A process outside any
+// container yields its systemd unit's cgroup or "/", as cAdvisor's raw
+// containers do.
+func cgroupIDFromProcFile(b []byte) (string, error) {
+	var v2 string
+	haveV2 := false
+	for len(b) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			line, b = b, nil
+		}
+		// hierarchy-ID:controller-list:cgroup-path; the path may contain ':'.
+		first := bytes.IndexByte(line, ':')
+		if first < 0 {
+			continue
+		}
+		second := bytes.IndexByte(line[first+1:], ':')
+		if second < 0 {
+			continue
+		}
+		second += first + 1
+		controllers, p := line[first+1:second], line[second+1:]
+		if len(controllers) == 0 {
+			if string(line[:first]) == "0" {
+				v2, haveV2 = string(p), true
+			}
+			continue
+		}
+		for len(controllers) > 0 {
+			var c []byte
+			if i := bytes.IndexByte(controllers, ','); i >= 0 {
+				c, controllers = controllers[:i], controllers[i+1:]
+			} else {
+				c, controllers = controllers, nil
+			}
+			if string(c) == "cpu" {
+				return cleanCgroupPath(string(p)), nil
+			}
+		}
+	}
+	if haveV2 {
+		return cleanCgroupPath(v2), nil
+	}
+	return "", errors.New("no cpu controller or unified hierarchy line")
+}
+
+// cleanCgroupPath strips what the kernel adds to paths of cgroups that were
+// removed or lie outside the reader's cgroup namespace.
+func cleanCgroupPath(p string) string {
+	p = strings.TrimSuffix(p, " (deleted)")
+	// Outside gpuscope's cgroup namespace the kernel prefixes "/.."; Clean
+	// drops it, leaving the path as seen from the host.
+	p = filepath.Clean(p)
+	if p == "." || p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	return p
+}
+
+// pidResolver maps pids to container ids. A pid's cgroup is read once and
+// cached for as long as the pid keeps showing up on a GPU: processes are
+// placed in their container's cgroup before they open a GPU and stay
+// there, and re-reading /proc for each of hundreds of processes every
+// cycle would be most of the cycle's cost. Entries of pids not seen in a
+// cycle are dropped, which also handles pid reuse across cycles.
+type pidResolver struct {
+	procRoot string
+	cycle    uint64
+	cache    map[uint32]pidEntry
+	buf      []byte
+	path     []byte
+}
+
+type pidEntry struct {
+	id   string
+	seen uint64
+}
+
+func newPIDResolver(procRoot string) *pidResolver {
+	return &pidResolver{procRoot: procRoot, cache: map[uint32]pidEntry{}, buf: make([]byte, 4096)}
+}
+
+// beginCycle starts a cycle; endCycle forgets pids not resolved since.
+func (r *pidResolver) beginCycle() { r.cycle++ }
+
+func (r *pidResolver) endCycle() {
+	for pid, e := range r.cache {
+		if e.seen != r.cycle {
+			delete(r.cache, pid)
+		}
+	}
+}
+
+func (r *pidResolver) resolve(pid uint32) (string, error) {
+	if e, ok := r.cache[pid]; ok {
+		e.seen = r.cycle
+		r.cache[pid] = e
+		return e.id, nil
+	}
+	r.path = append(r.path[:0], r.procRoot...)
+	r.path = append(r.path, '/')
+	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
+	r.path = append(r.path, "/cgroup"...)
+	b, err := readSmallFile(string(r.path), r.buf)
+	if err != nil {
+		return "", err
+	}
+	r.buf = b[:cap(b)]
+	id, err := cgroupIDFromProcFile(b)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", r.path, err)
+	}
+	r.cache[pid] = pidEntry{id: id, seen: r.cycle}
+	return id, nil
+}
+
+// readSmallFile reads a procfs file into buf, growing it if needed.
+// procfs files report size 0, so os.ReadFile would start small anyway.
+func readSmallFile(name string, buf []byte) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf)+512)...)
+		}
+		m, err := f.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) || (err == nil && m == 0) {
+			return buf[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}

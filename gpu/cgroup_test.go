@@ -1,0 +1,158 @@
+package gpu
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCgroupIDFromProcFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{
+			name:    "cgroup v1, docker with the cgroupfs driver",
+			content: "12:pids:/docker/3f1c\n11:memory:/docker/3f1c\n4:cpu,cpuacct:/docker/3f1c\n1:name=systemd:/docker/3f1c\n",
+			want:    "/docker/3f1c",
+		},
+		{
+			name:    "cgroup v1 with separate cpu and cpuacct hierarchies",
+			content: "9:name=systemd:/\n4:memory:/sandbox/x\n2:cpuacct:/gpuscope-test/burn\n1:cpu:/gpuscope-test/burn\n0::/\n",
+			want:    "/gpuscope-test/burn",
+		},
+		{
+			name:    "hybrid: v1 cpu hierarchy wins over systemd's unified one",
+			content: "4:cpu,cpuacct:/system.slice/docker-abc.scope\n1:name=systemd:/system.slice/docker-abc.scope\n0::/system.slice/docker-abc.scope/init\n",
+			want:    "/system.slice/docker-abc.scope",
+		},
+		{
+			name:    "cgroup v2, docker with the systemd driver",
+			content: "0::/system.slice/docker-0123abcd.scope\n",
+			want:    "/system.slice/docker-0123abcd.scope",
+		},
+		{
+			name:    "cgroup v2, a process outside containers counts under its unit",
+			content: "0::/system.slice/slurmd.service\n",
+			want:    "/system.slice/slurmd.service",
+		},
+		{
+			name:    "root cgroup",
+			content: "0::/\n",
+			want:    "/",
+		},
+		{
+			name:    "path with a colon",
+			content: "0::/kubepods/pod1/cri-containerd:abc\n",
+			want:    "/kubepods/pod1/cri-containerd:abc",
+		},
+		{
+			name:    "cgroup outside gpuscope's cgroup namespace",
+			content: "0::/../../system.slice/docker-abc.scope\n",
+			want:    "/system.slice/docker-abc.scope",
+		},
+		{
+			name:    "removed cgroup",
+			content: "0::/system.slice/docker-abc.scope (deleted)\n",
+			want:    "/system.slice/docker-abc.scope",
+		},
+		{
+			name:    "no trailing newline",
+			content: "3:cpu:/a/b",
+			want:    "/a/b",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := cgroupIDFromProcFile([]byte(tc.content))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	_, err := cgroupIDFromProcFile([]byte("5:memory:/x\n"))
+	require.Error(t, err)
+	_, err = cgroupIDFromProcFile(nil)
+	require.Error(t, err)
+}
+
+func TestCgroupIDOfThisProcess(t *testing.T) {
+	// The real /proc of the test process parses.
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skip("no /proc")
+	}
+	id, err := cgroupIDFromProcFile(b)
+	require.NoError(t, err)
+	require.NoError(t, validCgroupID(id))
+}
+
+func TestPIDResolverCachesWhilePidIsSeen(t *testing.T) {
+	proc := t.TempDir()
+	writeProc(t, proc, 7, "0::/a\n")
+	r := newPIDResolver(proc)
+
+	r.beginCycle()
+	id, err := r.resolve(7)
+	require.NoError(t, err)
+	require.Equal(t, "/a", id)
+	r.endCycle()
+
+	// While the pid keeps running on a GPU its cgroup is not read again.
+	require.NoError(t, os.Remove(filepath.Join(proc, "7", "cgroup")))
+	r.beginCycle()
+	id, err = r.resolve(7)
+	require.NoError(t, err)
+	require.Equal(t, "/a", id)
+	r.endCycle()
+
+	// A cycle without the pid forgets it; a new process with that pid is read afresh.
+	r.beginCycle()
+	r.endCycle()
+	writeProc(t, proc, 7, "0::/b\n")
+	r.beginCycle()
+	id, err = r.resolve(7)
+	require.NoError(t, err)
+	require.Equal(t, "/b", id)
+
+	_, err = r.resolve(8)
+	require.Error(t, err)
+}
+
+func TestContainerGrouperCapsAndSorts(t *testing.T) {
+	proc := t.TempDir()
+	writeProc(t, proc, 1, "0::/z\n")
+	writeProc(t, proc, 2, "0::/a\n")
+	writeProc(t, proc, 3, "0::/a\n")
+	g := newContainerGrouper(proc, nil)
+	g.beginCycle()
+	out, unresolved := g.group(
+		[]nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1}, {Pid: 2, UsedGpuMemory: 2}, {Pid: 3, UsedGpuMemory: 3}, {Pid: 4, UsedGpuMemory: 4}},
+		[]nvml.ProcessUtilizationSample{{Pid: 2, SmUtil: 70}, {Pid: 3, SmUtil: 60}},
+	)
+	g.endCycle()
+	require.Equal(t, 1, unresolved)
+	require.Equal(t, []containerUsage{
+		{id: "/a", memoryBytes: 5, smPercent: 100, processes: 2},
+		{id: "/z", memoryBytes: 1, processes: 1},
+	}, out)
+}
+
+func TestPCIeMaxBandwidth(t *testing.T) {
+	for _, tc := range []struct {
+		gen, width int
+		want       float64
+	}{
+		{1, 16, 4e9},
+		{2, 8, 4e9},
+		{3, 16, 15.76e9},
+		{4, 16, 31.504e9},
+		{5, 16, 63.008e9},
+		{6, 16, 121.008e9},
+		{4, 0, 0},
+		{0, 16, 0},
+		{7, 16, 0},
+	} {
+		require.InDelta(t, tc.want, pcieMaxBandwidth(tc.gen, tc.width), 1, "gen %d x%d", tc.gen, tc.width)
+	}
+}

@@ -1,0 +1,215 @@
+package gpu
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// descs are the collector's metric descriptors, fixed at New: the label
+// names depend only on the config (the host label's spelling).
+type descs struct {
+	enabled fieldSet
+	backend string
+
+	field           [numFields]*prometheus.Desc // value fields; nil when off or special
+	xid             *prometheus.Desc
+	xidTotal        *prometheus.Desc
+	clockEvent      *prometheus.Desc
+	containerMemory *prometheus.Desc
+	containerSM     *prometheus.Desc
+	containerProcs  *prometheus.Desc
+	fieldSupported  *prometheus.Desc
+
+	up           *prometheus.Desc
+	backendInfo  *prometheus.Desc
+	errors       *prometheus.Desc
+	cycles       *prometheus.Desc
+	timeouts     *prometheus.Desc
+	lastDuration *prometheus.Desc
+	lastSuccess  *prometheus.Desc
+}
+
+func newDescs(enabled fieldSet, hostnameLabel string) *descs {
+	dcgm := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName"}
+	if hostnameLabel != HostnameLabelNone {
+		dcgm = append(dcgm, hostnameLabel)
+	}
+	dcgm = append(dcgm, "DCGM_FI_DRIVER_VERSION")
+	own := []string{"gpu", "UUID"}
+	container := []string{"gpu", "UUID", "id", "name", "image"}
+
+	d := &descs{enabled: enabled}
+	for f := fieldID(0); f < numFields; f++ {
+		spec := fields[f]
+		if !enabled.has(f) || spec.kind == kindSpecial {
+			continue
+		}
+		labels := dcgm
+		if spec.kind == kindOwn {
+			labels = own
+		}
+		d.field[f] = prometheus.NewDesc(spec.name, spec.help, labels, nil)
+	}
+	d.xid = prometheus.NewDesc(fields[fXID].name, fields[fXID].help, append(dcgm[:len(dcgm):len(dcgm)], "err_code", "err_msg"), nil)
+	d.xidTotal = prometheus.NewDesc("gpuscope_gpu_xid_errors_total",
+		"XID errors reported by the driver since gpuscope started, by XID code (DCGM_FI_DEV_XID_ERRORS only keeps the last).",
+		[]string{"gpu", "UUID", "err_code"}, nil)
+	if enabled.has(fClockEvents) {
+		d.clockEvent = prometheus.NewDesc(fields[fClockEvents].name, fields[fClockEvents].help, []string{"gpu", "UUID", "reason"}, nil)
+	}
+	if enabled.has(fContainerMemory) {
+		d.containerMemory = prometheus.NewDesc(fields[fContainerMemory].name, fields[fContainerMemory].help, container, nil)
+		d.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, container, nil)
+		d.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
+			"Compute processes of a container on the GPU.", container, nil)
+	}
+	d.fieldSupported = prometheus.NewDesc("gpuscope_gpu_field_supported",
+		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
+		[]string{"gpu", "UUID", "field"}, nil)
+
+	d.up = prometheus.NewDesc("gpuscope_gpu_collector_up",
+		"1 if the GPU backend produced the sample being served, 0 if it is not available (no driver, backend none) or the sampling cycle is overdue.", nil, nil)
+	d.backendInfo = prometheus.NewDesc("gpuscope_gpu_collector_backend_info",
+		"The GPU backend in use (nvml, sim or none).", []string{"backend"}, nil)
+	d.errors = prometheus.NewDesc("gpuscope_gpu_collector_errors_total",
+		"Failed GPU reads by GPU index (empty when not tied to one GPU) and field (a metric name, or device for a GPU that could not be read at all).",
+		[]string{"gpu", "field"}, nil)
+	d.cycles = prometheus.NewDesc("gpuscope_gpu_collector_cycles_total",
+		"Completed GPU sampling cycles.", nil, nil)
+	d.timeouts = prometheus.NewDesc("gpuscope_gpu_collector_cycle_timeouts_total",
+		"Sampling cycles that ran past their deadline (gpu.timeout).", nil, nil)
+	d.lastDuration = prometheus.NewDesc("gpuscope_gpu_collector_last_cycle_duration_seconds",
+		"Wall time of the last completed sampling cycle, driver time included.", nil, nil)
+	d.lastSuccess = prometheus.NewDesc("gpuscope_gpu_collector_last_success_timestamp_seconds",
+		"When the sample being served was taken.", nil, nil)
+	return d
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	d := c.d
+	for _, desc := range d.field {
+		if desc != nil {
+			ch <- desc
+		}
+	}
+	for _, desc := range []*prometheus.Desc{
+		d.xid, d.xidTotal, d.clockEvent, d.containerMemory, d.containerSM, d.containerProcs, d.fieldSupported,
+		d.up, d.backendInfo, d.errors, d.cycles, d.timeouts, d.lastDuration, d.lastSuccess,
+	} {
+		if desc != nil {
+			ch <- desc
+		}
+	}
+}
+
+// Collect implements prometheus.Collector. It serves the latest complete
+// sample and the collector's own state; it never calls the driver.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	d := c.d
+	type errCount struct {
+		k errKey
+		n float64
+	}
+	c.mu.Lock()
+	up, cycles, timeouts, lastDur, lastOK := c.up, c.cycles, c.timeouts, c.lastDur, c.lastOK
+	errs := make([]errCount, 0, len(c.errCount))
+	for k, n := range c.errCount {
+		errs = append(errs, errCount{k, n})
+	}
+	c.mu.Unlock()
+
+	ch <- prometheus.MustNewConstMetric(d.up, prometheus.GaugeValue, boolValue(up))
+	ch <- prometheus.MustNewConstMetric(d.backendInfo, prometheus.GaugeValue, 1, d.backend)
+	ch <- prometheus.MustNewConstMetric(d.cycles, prometheus.CounterValue, cycles)
+	ch <- prometheus.MustNewConstMetric(d.timeouts, prometheus.CounterValue, timeouts)
+	ch <- prometheus.MustNewConstMetric(d.lastDuration, prometheus.GaugeValue, lastDur)
+	if !lastOK.IsZero() {
+		ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, float64(lastOK.UnixNano())/1e9)
+	}
+	for _, e := range errs {
+		ch <- prometheus.MustNewConstMetric(d.errors, prometheus.CounterValue, e.n, e.k.gpu, e.k.field)
+	}
+	if s := c.snap.Load(); s != nil {
+		for _, m := range s.metrics(d) {
+			ch <- m
+		}
+	}
+}
+
+// snapshot is a published sample. Its metrics are built on the first
+// scrape and reused by later scrapes of the same sample.
+type snapshot struct {
+	s    *sample
+	once sync.Once
+	ms   []prometheus.Metric
+}
+
+func (s *snapshot) metrics(d *descs) []prometheus.Metric {
+	s.once.Do(func() { s.ms = d.render(s.s) })
+	return s.ms
+}
+
+func (d *descs) render(s *sample) []prometheus.Metric {
+	out := make([]prometheus.Metric, 0, len(s.gpus)*64)
+	for i := range s.gpus {
+		g := &s.gpus[i]
+		info := g.info
+		for f := fieldID(0); f < numFields; f++ {
+			desc := d.field[f]
+			if desc == nil || !g.set.has(f) {
+				continue
+			}
+			labels := info.dcgmLabels
+			if fields[f].kind == kindOwn {
+				labels = info.ownLabels
+			}
+			out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, g.values[f], labels...))
+		}
+		if g.set.has(fXID) {
+			code := uint64(g.values[fXID])
+			labels := append(info.dcgmLabels[:len(info.dcgmLabels):len(info.dcgmLabels)], strconv.FormatUint(code, 10), xidMessage(code))
+			out = append(out, prometheus.MustNewConstMetric(d.xid, prometheus.GaugeValue, g.values[fXID], labels...))
+		}
+		for _, x := range g.xidCounts {
+			out = append(out, prometheus.MustNewConstMetric(d.xidTotal, prometheus.CounterValue, float64(x.count),
+				info.ownLabels[0], info.ownLabels[1], strconv.FormatUint(x.code, 10)))
+		}
+		if d.clockEvent != nil && g.set.has(fClockEvents) {
+			for _, r := range clockEventReasons {
+				v := boolValue(g.clockEvents&r.bit != 0)
+				out = append(out, prometheus.MustNewConstMetric(d.clockEvent, prometheus.GaugeValue, v, info.ownLabels[0], info.ownLabels[1], r.name))
+			}
+		}
+		if d.containerMemory != nil {
+			for _, c := range g.containers {
+				lv := [...]string{info.ownLabels[0], info.ownLabels[1], c.id, c.name, c.image}
+				if g.set.has(fContainerMemory) {
+					out = append(out, prometheus.MustNewConstMetric(d.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
+					out = append(out, prometheus.MustNewConstMetric(d.containerProcs, prometheus.GaugeValue, float64(c.processes), lv[:]...))
+				}
+				if g.set.has(fContainerSM) {
+					out = append(out, prometheus.MustNewConstMetric(d.containerSM, prometheus.GaugeValue, c.smPercent, lv[:]...))
+				}
+			}
+		}
+		for f := fieldID(0); f < numFields; f++ {
+			if !d.enabled.has(f) {
+				continue
+			}
+			var v float64
+			switch {
+			case g.set.has(f):
+				v = 1
+			case g.unsupported.has(f):
+				v = 0
+			default:
+				continue
+			}
+			out = append(out, prometheus.MustNewConstMetric(d.fieldSupported, prometheus.GaugeValue, v, info.ownLabels[0], info.ownLabels[1], fields[f].name))
+		}
+	}
+	return out
+}

@@ -1,0 +1,312 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options are what the rest of gpuscope gives the GPU collector.
+type Options struct {
+	Config Config
+	// Interval between samples; the caller resolves Config.Interval = 0 to
+	// the global scrape interval. 0 here means Config.Interval, else 15s.
+	Interval time.Duration
+	// Hostname is the value of the Hostname label (default os.Hostname).
+	Hostname string
+	// Logger gets one line per state change; nil discards.
+	Logger *slog.Logger
+	// ProcRoot is where /proc is mounted (default "/proc").
+	ProcRoot string
+	// CgroupRoot is where the cgroup hierarchies are mounted (default
+	// "/sys/fs/cgroup"); the sim's CPU burner creates cgroups there.
+	CgroupRoot string
+	// ContainerLookup, when set, gives the name and image of a container
+	// by its cAdvisor id (cgroup path) for the name/image labels.
+	ContainerLookup func(id string) (name, image string, ok bool)
+	// NVML replaces the real library, for tests (go-nvml's mock). nil
+	// means nvml.New(), loaded on first use.
+	NVML nvml.Interface
+	// Now replaces time.Now for sample timestamps and the sim clock.
+	Now func() time.Time
+}
+
+// Collector samples GPUs on its own ticker and serves the latest complete
+// sample as a prometheus.Collector. Register it in the registry served at
+// /metrics/gpu; Collect never waits on the driver.
+type Collector struct {
+	backend  backend
+	logger   *slog.Logger
+	interval time.Duration
+	timeout  time.Duration
+	auto     bool
+	now      func() time.Time
+	d        *descs
+
+	snap    atomic.Pointer[snapshot]
+	running atomic.Bool
+
+	// Owned by whichever goroutine runs the cycle; cycles never overlap.
+	opened     bool
+	lastErrMsg map[errKey]string
+
+	mu       sync.Mutex // guards the self-monitoring state below
+	up       bool
+	reason   string
+	errCount map[errKey]float64
+	cycles   float64
+	timeouts float64
+	lastDur  float64
+	lastOK   time.Time
+}
+
+type errKey struct{ gpu, field string }
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// errDisabled is the "reason" of backend none.
+var errDisabled = errors.New("GPU collection disabled (gpu.backend: none)")
+
+// New builds a collector. It starts nothing and touches no driver, so it
+// cannot fail for want of one; it fails only on a bad config.
+func New(o Options) (*Collector, error) {
+	if err := o.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Duration(o.Config.Interval)
+	}
+	if o.Interval <= 0 {
+		o.Interval = 15 * time.Second
+	}
+	if o.Hostname == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("read host name for the %s label: %w", o.Config.HostnameLabel, err)
+		}
+		o.Hostname = h
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	timeout := time.Duration(o.Config.Timeout)
+	if timeout <= 0 {
+		timeout = o.Interval
+	}
+	enabled := o.Config.Families.enabledFields()
+	withHost := o.Config.HostnameLabel != HostnameLabelNone
+
+	c := &Collector{
+		logger:     o.Logger,
+		interval:   o.Interval,
+		timeout:    timeout,
+		auto:       o.Config.Backend == BackendAuto,
+		now:        o.Now,
+		d:          newDescs(enabled, o.Config.HostnameLabel),
+		lastErrMsg: map[errKey]string{},
+		errCount:   map[errKey]float64{},
+	}
+	switch o.Config.Backend {
+	case BackendAuto, BackendNVML:
+		lib := o.NVML
+		if lib == nil {
+			lib = nvml.New()
+		}
+		c.backend = newNVMLBackend(lib, &o, enabled, withHost)
+	case BackendSim:
+		c.backend = newSimBackend(&o, enabled, withHost)
+	case BackendNone:
+		c.backend = noneBackend{}
+	}
+	c.d.backend = c.backend.name()
+	return c, nil
+}
+
+// Run samples every interval until ctx ends, then releases the backend
+// (NVML handle, event loop, sim CPU burners). It returns nil when ctx ends.
+func (c *Collector) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("gpu collector is already running")
+	}
+	defer c.running.Store(false)
+	results := make(chan cycleResult, 1)
+	inflight := false
+	deadline := time.NewTimer(c.timeout)
+	deadline.Stop()
+	start := func() {
+		if inflight {
+			// The previous cycle is hung in the driver; starting another
+			// would only pile up goroutines stuck on the same call.
+			return
+		}
+		inflight = true
+		go func() { results <- c.runCycle(ctx) }()
+		deadline.Reset(c.timeout)
+	}
+
+	ticker := time.NewTicker(c.interval)
+	defer ticker.Stop()
+	start()
+	for {
+		select {
+		case <-ctx.Done():
+			return c.stop(inflight, results)
+		case <-ticker.C:
+			start()
+		case res := <-results:
+			inflight = false
+			deadline.Stop()
+			c.publish(res)
+		case <-deadline.C:
+			c.mu.Lock()
+			c.timeouts++
+			c.mu.Unlock()
+			c.setUp(false, fmt.Errorf("sampling cycle still running after %s; serving the previous sample", c.timeout))
+		}
+	}
+}
+
+func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
+	if inflight {
+		grace := time.NewTimer(min(c.timeout, 5*time.Second))
+		defer grace.Stop()
+		select {
+		case <-results:
+			inflight = false
+		case <-grace.C:
+		}
+	}
+	if inflight {
+		// Shutting NVML down under a hung call could crash the process.
+		c.logger.Warn("GPU sampling cycle still hung at shutdown; leaving the backend open")
+		return nil
+	}
+	if c.opened {
+		if err := c.backend.close(); err != nil {
+			c.logger.Warn("Closing GPU backend failed", "err", err)
+		}
+		c.opened = false
+	}
+	return nil
+}
+
+type cycleResult struct {
+	s       *sample
+	openErr error
+	dur     time.Duration
+}
+
+func (c *Collector) runCycle(ctx context.Context) cycleResult {
+	start := time.Now()
+	if !c.opened {
+		if err := c.backend.open(ctx); err != nil {
+			return cycleResult{openErr: err, dur: time.Since(start)}
+		}
+		c.opened = true
+	}
+	s := c.backend.sample(ctx, c.now())
+	return cycleResult{s: s, dur: time.Since(start)}
+}
+
+// collectOnce runs one cycle synchronously; tests and benchmarks use it in
+// place of Run.
+func (c *Collector) collectOnce(ctx context.Context) {
+	c.publish(c.runCycle(ctx))
+}
+
+func (c *Collector) publish(res cycleResult) {
+	c.mu.Lock()
+	c.lastDur = res.dur.Seconds()
+	if res.openErr == nil {
+		c.cycles++
+		c.lastOK = res.s.time
+	}
+	c.mu.Unlock()
+	if res.openErr != nil {
+		c.snap.Store(nil)
+		c.setUp(false, res.openErr)
+		return
+	}
+	c.recordErrors(res.s.errs)
+	c.snap.Store(&snapshot{s: res.s})
+	c.setUp(true, nil)
+}
+
+// setUp records whether the backend works and logs only changes, so that
+// a machine without a driver says so once, not at every cycle.
+func (c *Collector) setUp(up bool, reason error) {
+	msg := ""
+	if reason != nil {
+		msg = reason.Error()
+	}
+	c.mu.Lock()
+	changed := c.up != up || c.reason != msg
+	c.up, c.reason = up, msg
+	c.mu.Unlock()
+	if !changed {
+		return
+	}
+	switch {
+	case up:
+		c.logger.Info("GPU collector up", "backend", c.backend.name())
+	case errors.Is(reason, errNoDriver) && c.auto:
+		c.logger.Info("No NVIDIA driver found; no GPUs to monitor", "backend", BackendAuto)
+	case errors.Is(reason, errDisabled):
+		c.logger.Info("GPU collection disabled", "backend", BackendNone)
+	default:
+		c.logger.Warn("GPU collector down", "backend", c.backend.name(), "err", reason)
+	}
+}
+
+// recordErrors counts failed reads and logs each (GPU, field) when its
+// error first appears or changes, and again when it goes away.
+func (c *Collector) recordErrors(errs []fieldError) {
+	if len(errs) == 0 && len(c.lastErrMsg) == 0 {
+		return
+	}
+	seen := make(map[errKey]struct{}, len(errs))
+	c.mu.Lock()
+	for _, e := range errs {
+		c.errCount[errKey{e.gpu, e.field}]++
+	}
+	c.mu.Unlock()
+	for _, e := range errs {
+		k := errKey{e.gpu, e.field}
+		seen[k] = struct{}{}
+		if msg := e.err.Error(); c.lastErrMsg[k] != msg {
+			c.lastErrMsg[k] = msg
+			c.logger.Warn("GPU read failed", "gpu", e.gpu, "field", e.field, "err", e.err)
+		}
+	}
+	for k := range c.lastErrMsg {
+		if _, ok := seen[k]; !ok {
+			delete(c.lastErrMsg, k)
+			c.logger.Info("GPU read works again", "gpu", k.gpu, "field", k.field)
+		}
+	}
+}
+
+// noneBackend is backend "none": no GPUs, gpuscope_gpu_collector_up 0.
+type noneBackend struct{}
+
+func (noneBackend) name() string                              { return BackendNone }
+func (noneBackend) open(context.Context) error                { return errDisabled }
+func (noneBackend) sample(context.Context, time.Time) *sample { return &sample{} }
+func (noneBackend) close() error                              { return nil }

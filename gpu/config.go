@@ -1,0 +1,254 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+)
+
+// Backend names accepted in Config.Backend.
+const (
+	BackendAuto = "auto"
+	BackendNVML = "nvml"
+	BackendSim  = "sim"
+	BackendNone = "none"
+)
+
+// Values accepted in Config.HostnameLabel.
+const (
+	HostnameLabelDCGM   = "Hostname" // dcgm-exporter up to 4.5.3-4.8.2
+	HostnameLabelLower  = "hostname" // dcgm-exporter 4.6.0-4.8.3 and later
+	HostnameLabelNone   = "none"     // like dcgm-exporter --no-hostname
+	defaultSimModel     = "NVIDIA H100 80GB HBM3"
+	defaultSimMemoryMiB = 81559 // what NVML reports as total for an H100 80GB HBM3
+)
+
+// Sim scenarios, one per simulated GPU.
+const (
+	ScenarioIdle        = "idle"
+	ScenarioTraining    = "training"
+	ScenarioLeak        = "leak"
+	ScenarioInputBound  = "input-bound"
+	ScenarioMemoryBound = "memory-bound"
+	ScenarioThermal     = "thermal"
+	ScenarioXID         = "xid"
+)
+
+var scenarios = []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID}
+
+// Config is the `gpu:` section of gpuscope's config file. Every field has a
+// working default (DefaultConfig); the config package decodes into a copy of
+// it with KnownFields(true).
+type Config struct {
+	// Backend selects where GPU data comes from: "auto" (NVML if
+	// libnvidia-ml.so.1 loads, otherwise no GPUs and
+	// gpuscope_gpu_collector_up 0), "nvml", "sim" (simulated GPUs) or "none".
+	Backend string `yaml:"backend"`
+	// Interval between two NVML reads. 0 means the global scrape interval;
+	// the caller resolves it into Options.Interval.
+	Interval model.Duration `yaml:"interval"`
+	// Timeout is the deadline of one sampling cycle; a cycle still running
+	// after it makes gpuscope_gpu_collector_up 0 while scrapes keep getting
+	// the previous sample. 0 means the interval.
+	Timeout model.Duration `yaml:"timeout"`
+	// HostnameLabel is the name of the host label on DCGM series:
+	// "Hostname" (default, dcgm-exporter <= 4.5.3-4.8.2 and the dashboards
+	// written for it), "hostname" (dcgm-exporter 4.6+) or "none".
+	HostnameLabel string `yaml:"hostname_label"`
+	// Families switches optional metric families on and off.
+	Families Families `yaml:"families"`
+	// Sim configures the simulated GPUs of backend "sim".
+	Sim SimConfig `yaml:"sim"`
+}
+
+// Families are the optional metric families. The dcgm-exporter default
+// counters are always exported.
+type Families struct {
+	// Profiling: DCGM_FI_PROF_* from NVML GPM (Hopper and newer; absent on
+	// older GPUs). Default on.
+	Profiling bool `yaml:"profiling"`
+	// Processes: gpuscope_gpu_container_* (per-container GPU memory and SM
+	// utilisation from the GPU's compute processes). Default on.
+	Processes bool `yaml:"processes"`
+	// ECC: DCGM_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL. Default off.
+	ECC bool `yaml:"ecc"`
+	// RetiredPages: DCGM_FI_DEV_RETIRED_{SBE,DBE,PENDING}. Default off.
+	RetiredPages bool `yaml:"retired_pages"`
+	// Violations: DCGM_FI_DEV_*_VIOLATION throttling time in ns. Default off.
+	Violations bool `yaml:"violations"`
+	// ClockEvents: gpuscope_gpu_clock_event_active{reason}. Default off.
+	ClockEvents bool `yaml:"clock_events"`
+	// NVLinkErrors: DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL. Default off.
+	NVLinkErrors bool `yaml:"nvlink_errors"`
+}
+
+// SimConfig configures backend "sim".
+type SimConfig struct {
+	// Count is the number of simulated GPUs (default 8).
+	Count int `yaml:"count"`
+	// Model is the modelName label (default "NVIDIA H100 80GB HBM3").
+	Model string `yaml:"model"`
+	// MemoryMiB is the framebuffer size each GPU reports (default 81559).
+	MemoryMiB int `yaml:"memory_mib"`
+	// TimeScale compresses time: simulated time = start + time_scale ×
+	// elapsed real time (default 1). At 30 the leak scenario steps every
+	// real minute.
+	TimeScale float64 `yaml:"time_scale"`
+	// Seed makes the noise reproducible (default 1).
+	Seed uint64 `yaml:"seed"`
+	// GPUs configures GPU i with GPUs[i]; GPUs past the end of the list are
+	// idle. At most Count entries.
+	GPUs []SimGPU `yaml:"gpus"`
+	// CPUBurn makes every input-bound GPU's container a real cgroup that
+	// burns CPU up to CPUBurnCores, so cAdvisor sees the CPU-saturated
+	// container that starves the GPU. Needs root and writable cgroups;
+	// without them gpuscope logs once and goes on without burning.
+	CPUBurn bool `yaml:"cpu_burn"`
+	// CPUBurnCores is the CPU limit of a burning container (default 0.5).
+	CPUBurnCores float64 `yaml:"cpu_burn_cores"`
+}
+
+// SimGPU is the workload of one simulated GPU.
+type SimGPU struct {
+	// Scenario is one of idle, training, leak, input-bound, memory-bound,
+	// thermal, xid (default idle).
+	Scenario string `yaml:"scenario"`
+	// Container is the cgroup path of the container running the GPU's
+	// process, as cAdvisor names it in its id label (for example
+	// /system.slice/docker-abc.scope). Default /gpuscope-sim/gpu<index>
+	// for every scenario but idle, which has no process.
+	Container string `yaml:"container"`
+}
+
+// DefaultConfig returns the config used when the file does not set a key.
+func DefaultConfig() Config {
+	return Config{
+		Backend:       BackendAuto,
+		HostnameLabel: HostnameLabelDCGM,
+		Families:      Families{Profiling: true, Processes: true},
+		Sim: SimConfig{
+			Count:        8,
+			Model:        defaultSimModel,
+			MemoryMiB:    defaultSimMemoryMiB,
+			TimeScale:    1,
+			Seed:         1,
+			CPUBurnCores: 0.5,
+		},
+	}
+}
+
+// DemoConfig is what `gpuscope serve --demo` runs: eight simulated H100s,
+// one per failure mode the source document teaches, at 30× speed so that
+// the leak climbs one 2 GiB step per real minute, the thermal GPU crosses
+// 85 °C after about 70 s and the XID fires after 20 s. GPUs 0 and 1 share a
+// container, like one data-parallel training job; the input-bound container
+// really burns half a core when gpuscope runs as root. Every optional
+// family is on so that each dashboard panel has data.
+func DemoConfig() Config {
+	c := DefaultConfig()
+	c.Backend = BackendSim
+	c.Families = Families{
+		Profiling: true, Processes: true, ECC: true, RetiredPages: true,
+		Violations: true, ClockEvents: true, NVLinkErrors: true,
+	}
+	c.Sim.TimeScale = 30
+	c.Sim.CPUBurn = true
+	c.Sim.GPUs = []SimGPU{
+		{Scenario: ScenarioTraining, Container: "/gpuscope-demo/train"},
+		{Scenario: ScenarioTraining, Container: "/gpuscope-demo/train"},
+		{Scenario: ScenarioLeak, Container: "/gpuscope-demo/leaky"},
+		{Scenario: ScenarioInputBound, Container: "/gpuscope-demo/input-bound"},
+		{Scenario: ScenarioMemoryBound, Container: "/gpuscope-demo/memory-bound"},
+		{Scenario: ScenarioThermal, Container: "/gpuscope-demo/hot"},
+		{Scenario: ScenarioIdle},
+		{Scenario: ScenarioXID, Container: "/gpuscope-demo/crashy"},
+	}
+	return c
+}
+
+// Validate reports the first key with a bad value, named as in the file.
+func (c Config) Validate() error {
+	switch c.Backend {
+	case BackendAuto, BackendNVML, BackendSim, BackendNone:
+	default:
+		return fmt.Errorf("gpu.backend: unknown backend %q (want auto, nvml, sim or none)", c.Backend)
+	}
+	if c.Interval < 0 {
+		return fmt.Errorf("gpu.interval: must not be negative, got %s", c.Interval)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("gpu.timeout: must not be negative, got %s", c.Timeout)
+	}
+	if c.Interval > 0 && c.Interval < model.Duration(100*time.Millisecond) {
+		return fmt.Errorf("gpu.interval: %s is below the minimum of 100ms", c.Interval)
+	}
+	switch c.HostnameLabel {
+	case HostnameLabelDCGM, HostnameLabelLower, HostnameLabelNone:
+	default:
+		return fmt.Errorf("gpu.hostname_label: unknown value %q (want Hostname, hostname or none)", c.HostnameLabel)
+	}
+	return c.Sim.validate()
+}
+
+func (s SimConfig) validate() error {
+	if s.Count < 1 || s.Count > 1024 {
+		return fmt.Errorf("gpu.sim.count: must be between 1 and 1024, got %d", s.Count)
+	}
+	if strings.TrimSpace(s.Model) == "" {
+		return errors.New("gpu.sim.model: must not be empty")
+	}
+	if s.MemoryMiB < 4096 {
+		return fmt.Errorf("gpu.sim.memory_mib: must be at least 4096, got %d", s.MemoryMiB)
+	}
+	if !(s.TimeScale > 0) || s.TimeScale > 1e6 {
+		return fmt.Errorf("gpu.sim.time_scale: must be above 0 and at most 1000000, got %g", s.TimeScale)
+	}
+	if !(s.CPUBurnCores > 0) || s.CPUBurnCores > 1024 {
+		return fmt.Errorf("gpu.sim.cpu_burn_cores: must be above 0 and at most 1024, got %g", s.CPUBurnCores)
+	}
+	if len(s.GPUs) > s.Count {
+		return fmt.Errorf("gpu.sim.gpus: %d entries for %d GPUs (gpu.sim.count)", len(s.GPUs), s.Count)
+	}
+	for i, g := range s.GPUs {
+		if g.Scenario != "" && !knownScenario(g.Scenario) {
+			return fmt.Errorf("gpu.sim.gpus[%d].scenario: unknown scenario %q (want %s)", i, g.Scenario, strings.Join(scenarios, ", "))
+		}
+		if g.Container != "" {
+			if err := validCgroupID(g.Container); err != nil {
+				return fmt.Errorf("gpu.sim.gpus[%d].container: %w", i, err)
+			}
+			if s.CPUBurn && g.Scenario == ScenarioInputBound && g.Container == "/" {
+				return fmt.Errorf("gpu.sim.gpus[%d].container: the root cgroup cannot be a burning container", i)
+			}
+		}
+	}
+	return nil
+}
+
+func knownScenario(s string) bool {
+	for _, x := range scenarios {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// validCgroupID accepts what cAdvisor uses as a container id: a clean,
+// absolute cgroup path.
+func validCgroupID(id string) error {
+	if !strings.HasPrefix(id, "/") {
+		return fmt.Errorf("%q is not an absolute cgroup path", id)
+	}
+	if path.Clean(id) != id || strings.Contains(id, "/..") {
+		return fmt.Errorf("%q is not a clean cgroup path", id)
+	}
+	if strings.ContainsAny(id, "\n\x00") {
+		return fmt.Errorf("%q contains a newline or NUL", id)
+	}
+	return nil
+}

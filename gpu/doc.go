@@ -1,0 +1,41 @@
+// Package gpu is gpuscope's GPU collector: it reads NVIDIA GPUs through
+// NVML (or simulates them) and publishes dcgm-exporter's metric contract,
+// so that queries, alert rules and dashboards written for dcgm-exporter
+// work unchanged, plus gpuscope_gpu_* metrics of its own: per-container
+// GPU use joined to cAdvisor's container id, PCIe link limits, clock event
+// reasons and the collector's health.
+//
+// The contract is ../shared/gpu-metrics.md. In short:
+//
+//   - DCGM_FI_* names, Prometheus types and HELP texts are those of
+//     dcgm-exporter's default counters up to release 4.8.2, with its units
+//     (MiB truncated to integers, MHz, W, mJ, %) and labels gpu, UUID,
+//     pci_bus_id, device, modelName, Hostname (spelling configurable) and
+//     DCGM_FI_DRIVER_VERSION. DCGM_FI_DEV_FB_TOTAL is added.
+//     DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is typed counter as in 4.8.2 but
+//     holds DCGM's rate (MB/s); use it as a gauge.
+//   - DCGM_FI_PROF_* come from NVML GPM, on Hopper and newer only.
+//   - A field the GPU does not support is omitted, and
+//     gpuscope_gpu_field_supported says so.
+//   - NVML is read on the collector's own ticker; Collect serves the last
+//     complete sample and never calls the driver, so a hung driver cannot
+//     hang a scrape.
+//
+// Per-container attribution: a GPU process's container is the cgroup path
+// of its pid as cAdvisor names containers (the cpu hierarchy on cgroup v1,
+// the unified one on v2), so GPU and CPU use of a container join on id.
+// The source document's input-bound case, a starved GPU whose container is
+// CPU-saturated, is
+//
+//	gpuscope_gpu_container_sm_utilization_percent < 40
+//	  and on(id)
+//	rate(container_cpu_usage_seconds_total[5m])
+//	  > on(id) 0.8 * container_spec_cpu_quota / container_spec_cpu_period
+//
+// Units: memory in bytes (the base unit), SM utilisation in percent
+// (0-100) so that it shares a panel axis with DCGM_FI_DEV_GPU_UTIL.
+//
+// The PCIe saturation alert divides gpuscope_gpu_pcie_{tx,rx}_bytes_per_second
+// (GPM's interval average where available, else NVML's 20 ms sample) by
+// gpuscope_gpu_pcie_max_bandwidth_bytes_per_second.
+package gpu

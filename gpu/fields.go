@@ -1,0 +1,237 @@
+package gpu
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// fieldID names one value a backend can report for a GPU. The set is small
+// enough for a uint64 bitmask, which keeps a sample flat and cheap to copy.
+type fieldID uint8
+
+const (
+	// dcgm-exporter default counters (gpu-metrics.md §1).
+	fSMClock fieldID = iota
+	fMemClock
+	fMemoryTemp
+	fGPUTemp
+	fPowerUsage
+	fEnergy
+	fPCIeReplay
+	fGPUUtil
+	fMemCopyUtil
+	fEncUtil
+	fDecUtil
+	fXID
+	fFBFree
+	fFBUsed
+	fFBReserved
+	fFBTotal
+	fNVLinkBandwidth
+	fVGPULicense
+	fUncRemappedRows
+	fCorRemappedRows
+	fRowRemapFailure
+
+	// DCGM profiling fields, from NVML GPM.
+	fProfGrEngineActive
+	fProfSMActive
+	fProfSMOccupancy
+	fProfTensorActive
+	fProfDRAMActive
+	fProfPCIeTxBytes
+	fProfPCIeRxBytes
+	fProfNVLinkTxBytes
+	fProfNVLinkRxBytes
+
+	// Optional families.
+	fPowerViolation
+	fThermalViolation
+	fSyncBoostViolation
+	fBoardLimitViolation
+	fLowUtilViolation
+	fReliabilityViolation
+	fECCSBEVolTotal
+	fECCDBEVolTotal
+	fECCSBEAggTotal
+	fECCDBEAggTotal
+	fRetiredSBE
+	fRetiredDBE
+	fRetiredPending
+	fNVLinkCRCFlitErrors
+	fNVLinkCRCDataErrors
+	fNVLinkReplayErrors
+	fNVLinkRecoveryErrors
+
+	// gpuscope's own per-GPU metrics.
+	fPCIeLinkGen
+	fPCIeLinkWidth
+	fPCIeLinkMaxGen
+	fPCIeLinkMaxWidth
+	fPCIeMaxBandwidth
+	fPCIeTxRate
+	fPCIeRxRate
+	fClockEvents
+	fContainerMemory
+	fContainerSM
+
+	numFields
+)
+
+// family groups fields that are switched on and off together in the config.
+type family uint8
+
+const (
+	famDefault family = iota
+	famProfiling
+	famViolations
+	famECC
+	famRetiredPages
+	famNVLinkErrors
+	famClockEvents
+	famProcesses
+)
+
+// fieldKind says how a field is rendered.
+type fieldKind uint8
+
+const (
+	// kindDCGM is a dcgm-exporter field: DCGM name, HELP and the full GPU label set.
+	kindDCGM fieldKind = iota
+	// kindOwn is a gpuscope_gpu_* gauge labelled gpu and UUID.
+	kindOwn
+	// kindSpecial fields (XID, clock events, containers) have their own renderers;
+	// their names are the metrics they feed, used in the field label of
+	// gpuscope_gpu_field_supported and gpuscope_gpu_collector_errors_total.
+	kindSpecial
+)
+
+type fieldSpec struct {
+	name   string
+	help   string
+	typ    prometheus.ValueType
+	family family
+	kind   fieldKind
+}
+
+// fields holds names, HELP texts and types verbatim from dcgm-exporter's
+// etc/default-counters.csv and dcp-metrics-included.csv as released up to
+// 4.8.2 (gpu-metrics.md, decision 1). Dashboards and alert rules written for
+// dcgm-exporter depend on these strings; do not "fix" them.
+var fields = [numFields]fieldSpec{
+	fSMClock:         {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fMemClock:        {"DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fMemoryTemp:      {"DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fGPUTemp:         {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fPowerUsage:      {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fEnergy:          {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", prometheus.CounterValue, famDefault, kindDCGM},
+	fPCIeReplay:      {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", prometheus.CounterValue, famDefault, kindDCGM},
+	fGPUUtil:         {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fMemCopyUtil:     {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fEncUtil:         {"DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fDecUtil:         {"DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fXID:             {"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", prometheus.GaugeValue, famDefault, kindSpecial},
+	fFBFree:          {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fFBUsed:          {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fFBReserved:      {"DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fFBTotal:         {"DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).", prometheus.GaugeValue, famDefault, kindDCGM},
+	fNVLinkBandwidth: {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "Total number of NVLink bandwidth counters for all lanes.", prometheus.CounterValue, famDefault, kindDCGM},
+	fVGPULicense:     {"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status", prometheus.GaugeValue, famDefault, kindDCGM},
+	fUncRemappedRows: {"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors", prometheus.CounterValue, famDefault, kindDCGM},
+	fCorRemappedRows: {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors", prometheus.CounterValue, famDefault, kindDCGM},
+	fRowRemapFailure: {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed", prometheus.GaugeValue, famDefault, kindDCGM},
+
+	fProfGrEngineActive: {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfSMActive:       {"DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfSMOccupancy:    {"DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of number of warps resident on an SM.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfTensorActive:   {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfDRAMActive:     {"DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active sending or receiving data.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfPCIeTxBytes:    {"DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfPCIeRxBytes:    {"DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfNVLinkTxBytes:  {"DCGM_FI_PROF_NVLINK_TX_BYTES", "The number of bytes of active NvLink tx (transmit) data including both header and payload.", prometheus.GaugeValue, famProfiling, kindDCGM},
+	fProfNVLinkRxBytes:  {"DCGM_FI_PROF_NVLINK_RX_BYTES", "The number of bytes of active NvLink rx (read) data including both header and payload.", prometheus.GaugeValue, famProfiling, kindDCGM},
+
+	fPowerViolation:       {"DCGM_FI_DEV_POWER_VIOLATION", "Throttling duration due to power constraints (in ns).", prometheus.CounterValue, famViolations, kindDCGM},
+	fThermalViolation:     {"DCGM_FI_DEV_THERMAL_VIOLATION", "Throttling duration due to thermal constraints (in ns).", prometheus.CounterValue, famViolations, kindDCGM},
+	fSyncBoostViolation:   {"DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "Throttling duration due to sync-boost constraints (in ns).", prometheus.CounterValue, famViolations, kindDCGM},
+	fBoardLimitViolation:  {"DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "Throttling duration due to board limit constraints (in ns).", prometheus.CounterValue, famViolations, kindDCGM},
+	fLowUtilViolation:     {"DCGM_FI_DEV_LOW_UTIL_VIOLATION", "Throttling duration due to low utilization (in ns).", prometheus.CounterValue, famViolations, kindDCGM},
+	fReliabilityViolation: {"DCGM_FI_DEV_RELIABILITY_VIOLATION", "Throttling duration due to reliability constraints (in ns).", prometheus.CounterValue, famViolations, kindDCGM},
+	fECCSBEVolTotal:       {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", prometheus.CounterValue, famECC, kindDCGM},
+	fECCDBEVolTotal:       {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", prometheus.CounterValue, famECC, kindDCGM},
+	fECCSBEAggTotal:       {"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Total number of single-bit persistent ECC errors.", prometheus.CounterValue, famECC, kindDCGM},
+	fECCDBEAggTotal:       {"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Total number of double-bit persistent ECC errors.", prometheus.CounterValue, famECC, kindDCGM},
+	fRetiredSBE:           {"DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.", prometheus.CounterValue, famRetiredPages, kindDCGM},
+	fRetiredDBE:           {"DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.", prometheus.CounterValue, famRetiredPages, kindDCGM},
+	fRetiredPending:       {"DCGM_FI_DEV_RETIRED_PENDING", "Total number of pages pending retirement.", prometheus.CounterValue, famRetiredPages, kindDCGM},
+	fNVLinkCRCFlitErrors:  {"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "Total number of NVLink flow-control CRC errors.", prometheus.CounterValue, famNVLinkErrors, kindDCGM},
+	fNVLinkCRCDataErrors:  {"DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "Total number of NVLink data CRC errors.", prometheus.CounterValue, famNVLinkErrors, kindDCGM},
+	fNVLinkReplayErrors:   {"DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries.", prometheus.CounterValue, famNVLinkErrors, kindDCGM},
+	fNVLinkRecoveryErrors: {"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors.", prometheus.CounterValue, famNVLinkErrors, kindDCGM},
+
+	fPCIeLinkGen:      {"gpuscope_gpu_pcie_link_generation", "Current PCIe link generation. GPUs train the link down when idle to save power.", prometheus.GaugeValue, famDefault, kindOwn},
+	fPCIeLinkWidth:    {"gpuscope_gpu_pcie_link_width", "Current PCIe link width (lanes).", prometheus.GaugeValue, famDefault, kindOwn},
+	fPCIeLinkMaxGen:   {"gpuscope_gpu_pcie_link_max_generation", "Highest PCIe link generation possible with this GPU in this slot.", prometheus.GaugeValue, famDefault, kindOwn},
+	fPCIeLinkMaxWidth: {"gpuscope_gpu_pcie_link_max_width", "Widest PCIe link possible with this GPU in this slot (lanes).", prometheus.GaugeValue, famDefault, kindOwn},
+	fPCIeMaxBandwidth: {"gpuscope_gpu_pcie_max_bandwidth_bytes_per_second", "Theoretical PCIe bandwidth per direction at the maximum link generation and width (per-lane rate after line encoding times lanes).", prometheus.GaugeValue, famDefault, kindOwn},
+	fPCIeTxRate:       {"gpuscope_gpu_pcie_tx_bytes_per_second", "PCIe bytes per second sent by the GPU (GPM average over the sampling interval where the GPU has GPM, else NVML's 20 ms PCIe throughput sample).", prometheus.GaugeValue, famDefault, kindOwn},
+	fPCIeRxRate:       {"gpuscope_gpu_pcie_rx_bytes_per_second", "PCIe bytes per second received by the GPU (GPM average over the sampling interval where the GPU has GPM, else NVML's 20 ms PCIe throughput sample).", prometheus.GaugeValue, famDefault, kindOwn},
+	fClockEvents:      {"gpuscope_gpu_clock_event_active", "1 while the reason holds the GPU clocks down (NVML clock event reasons).", prometheus.GaugeValue, famClockEvents, kindSpecial},
+	fContainerMemory:  {"gpuscope_gpu_container_memory_used_bytes", "GPU memory used by the compute processes of a container (cgroup id as cAdvisor names it).", prometheus.GaugeValue, famProcesses, kindSpecial},
+	fContainerSM:      {"gpuscope_gpu_container_sm_utilization_percent", "SM utilization of a container's compute processes on the GPU over the sampling interval (0-100, the scale of DCGM_FI_DEV_GPU_UTIL).", prometheus.GaugeValue, famProcesses, kindSpecial},
+}
+
+// fieldSet is a bitmask over fieldID.
+type fieldSet uint64
+
+func (s fieldSet) has(f fieldID) bool { return s&(1<<f) != 0 }
+func (s *fieldSet) add(f fieldID)     { *s |= 1 << f }
+
+// fieldsOf returns the set of fields of the given families.
+func fieldsOf(fams ...family) fieldSet {
+	var s fieldSet
+	for f := fieldID(0); f < numFields; f++ {
+		for _, fam := range fams {
+			if fields[f].family == fam {
+				s.add(f)
+			}
+		}
+	}
+	return s
+}
+
+// enabledFields returns the fields the config switches on.
+func (fs Families) enabledFields() fieldSet {
+	fams := []family{famDefault}
+	for _, x := range []struct {
+		on  bool
+		fam family
+	}{
+		{fs.Profiling, famProfiling},
+		{fs.Violations, famViolations},
+		{fs.ECC, famECC},
+		{fs.RetiredPages, famRetiredPages},
+		{fs.NVLinkErrors, famNVLinkErrors},
+		{fs.ClockEvents, famClockEvents},
+		{fs.Processes, famProcesses},
+	} {
+		if x.on {
+			fams = append(fams, x.fam)
+		}
+	}
+	return fieldsOf(fams...)
+}
+
+// clockEventReasons are the NVML clock event reason bits with the names
+// dcgm-exporter uses in the clock_event label of DCGM_EXP_CLOCK_EVENTS_COUNT.
+var clockEventReasons = []struct {
+	bit  uint64
+	name string
+}{
+	{0x1, "gpu_idle"},
+	{0x2, "clocks_setting"},
+	{0x4, "power_cap"},
+	{0x8, "hw_slowdown"},
+	{0x10, "sync_boost"},
+	{0x20, "sw_thermal"},
+	{0x40, "hw_thermal"},
+	{0x80, "hw_power_brake"},
+	{0x100, "display_clocks"},
+}

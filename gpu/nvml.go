@@ -1,0 +1,207 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// errNoDriver means libnvidia-ml could not be loaded: for backend auto that
+// is a machine without NVIDIA GPUs, not a failure.
+var errNoDriver = errors.New("NVIDIA driver library libnvidia-ml.so.1 not found")
+
+// nvmlBackend reads GPUs through NVML. All access goes through
+// nvml.Interface and nvml.Device so that tests can substitute go-nvml's
+// mock; the real library is dlopen'ed by Init, so gpuscope builds and runs
+// where no driver is installed.
+type nvmlBackend struct {
+	lib      nvml.Interface
+	logger   *slog.Logger
+	hostname string
+	withHost bool
+	fields   fieldSet
+
+	initialised  bool
+	gpus         []*nvmlGPU
+	unidentified []fieldError // GPUs that failed at open
+	grouper      *containerGrouper
+
+	eventWait  time.Duration
+	events     nvml.EventSet
+	stopEvents context.CancelFunc
+	eventsDone chan struct{}
+	eventErrMu sync.Mutex
+	eventErrs  []fieldError
+}
+
+// nvmlGPU is one device and the state its reads carry between cycles.
+type nvmlGPU struct {
+	dev   nvml.Device
+	info  *gpuInfo
+	label string // gpu label value, for errors
+
+	fieldValues []nvml.FieldValue // reused request for GetFieldValues
+	fieldMap    []fieldValueSpec  // what each entry of fieldValues feeds
+
+	nvlinkPrevKiB float64
+	nvlinkPrevAt  time.Time
+	nvlinkPrimed  bool
+
+	lastProcessSeen uint64 // newest GetProcessUtilization timestamp, µs
+	gpm             *gpmState
+
+	xidRegistered bool
+	xidMu         sync.Mutex
+	lastXID       uint64
+	xidCounts     map[uint64]uint64
+}
+
+func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bool) *nvmlBackend {
+	return &nvmlBackend{
+		lib:       lib,
+		logger:    o.Logger,
+		hostname:  o.Hostname,
+		withHost:  withHost,
+		fields:    fields,
+		eventWait: defaultEventWait,
+		grouper:   newContainerGrouper(o.ProcRoot, o.ContainerLookup),
+	}
+}
+
+func (b *nvmlBackend) name() string { return BackendNVML }
+
+func (b *nvmlBackend) open(ctx context.Context) (err error) {
+	if ret := b.lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return errNoDriver
+		}
+		return fmt.Errorf("initialise NVML: %w", ret)
+	}
+	b.initialised = true
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, b.shutdown())
+		}
+	}()
+	driver, ret := b.lib.SystemGetDriverVersion()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("read driver version: %w", ret)
+	}
+	n, ret := b.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("count GPUs: %w", ret)
+	}
+	b.gpus, b.unidentified = b.gpus[:0], nil
+	for i := range n {
+		g, err := b.openGPU(i, driver)
+		if err != nil {
+			// A GPU that cannot even be identified (fallen off the bus
+			// before gpuscope started) is left out and counted at every
+			// cycle; the others are still worth monitoring.
+			b.unidentified = append(b.unidentified, fieldError{gpu: strconv.Itoa(i), field: "device", err: err})
+			continue
+		}
+		b.gpus = append(b.gpus, g)
+	}
+	b.startEvents(ctx)
+	b.logger.Info("NVML opened", "driver", driver, "gpus", len(b.gpus))
+	return nil
+}
+
+func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
+	dev, ret := b.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("get handle: %w", ret)
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("read UUID: %w", ret)
+	}
+	name, ret := dev.GetName()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("read name: %w", ret)
+	}
+	pci, ret := dev.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("read PCI info: %w", ret)
+	}
+	g := &nvmlGPU{
+		dev:       dev,
+		info:      newGPUInfo(i, uuid, pciBusID(pci), name, driver, b.hostname, b.withHost),
+		label:     strconv.Itoa(i),
+		xidCounts: map[uint64]uint64{},
+	}
+	g.fieldValues, g.fieldMap = fieldValueRequest(b.fields)
+	if b.fields.has(fProfGrEngineActive) {
+		g.gpm = b.openGPM(dev)
+	}
+	return g, nil
+}
+
+// pciBusID formats the bus id the way NVML and dcgm-exporter print it,
+// 00000000:64:00.0, falling back to the numeric fields when the driver
+// leaves the string empty.
+func pciBusID(p nvml.PciInfo) string {
+	var buf [len(p.BusId)]byte
+	n := 0
+	for _, c := range p.BusId {
+		if c == 0 {
+			break
+		}
+		buf[n] = byte(c)
+		n++
+	}
+	if n > 0 {
+		return string(buf[:n])
+	}
+	return fmt.Sprintf("%08X:%02X:%02X.0", p.Domain, p.Bus, p.Device)
+}
+
+func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
+	s := &sample{time: now, gpus: make([]gpuSample, 0, len(b.gpus))}
+	b.grouper.beginCycle()
+	for _, g := range b.gpus {
+		if ctx.Err() != nil {
+			break
+		}
+		gs := gpuSample{info: g.info}
+		b.readGPU(g, &gs, &s.errs, now)
+		s.gpus = append(s.gpus, gs)
+	}
+	b.grouper.endCycle()
+	s.errs = append(s.errs, b.unidentified...)
+	b.eventErrMu.Lock()
+	s.errs = append(s.errs, b.eventErrs...)
+	b.eventErrs = b.eventErrs[:0]
+	b.eventErrMu.Unlock()
+	return s
+}
+
+func (b *nvmlBackend) close() error {
+	b.stopEventLoop()
+	return b.shutdown()
+}
+
+func (b *nvmlBackend) shutdown() error {
+	if !b.initialised {
+		return nil
+	}
+	b.stopEventLoop()
+	for _, g := range b.gpus {
+		if g.gpm != nil {
+			g.gpm.free()
+		}
+	}
+	b.gpus = nil
+	b.initialised = false
+	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("shut down NVML: %w", ret)
+	}
+	return nil
+}

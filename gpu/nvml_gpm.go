@@ -1,0 +1,116 @@
+package gpu
+
+import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// gpmMetrics maps NVML GPM metrics to DCGM profiling fields with DCGM's
+// scaling (DcgmFieldIdToNvmlGpmMetricId): utilisations come in percent and
+// DCGM publishes ratios; throughputs come in MiB/s and DCGM publishes B/s.
+var gpmMetrics = [...]struct {
+	id    nvml.GpmMetricId
+	field fieldID
+	scale float64
+	// pcie, unless numFields, also gets the value: gpuscope's PCIe rate
+	// metric, sparing the 20 ms GetPcieThroughput call on GPUs with GPM.
+	pcie fieldID
+}{
+	{nvml.GPM_METRIC_GRAPHICS_UTIL, fProfGrEngineActive, 0.01, numFields},
+	{nvml.GPM_METRIC_SM_UTIL, fProfSMActive, 0.01, numFields},
+	{nvml.GPM_METRIC_SM_OCCUPANCY, fProfSMOccupancy, 0.01, numFields},
+	{nvml.GPM_METRIC_ANY_TENSOR_UTIL, fProfTensorActive, 0.01, numFields},
+	{nvml.GPM_METRIC_DRAM_BW_UTIL, fProfDRAMActive, 0.01, numFields},
+	{nvml.GPM_METRIC_PCIE_TX_PER_SEC, fProfPCIeTxBytes, 1 << 20, fPCIeTxRate},
+	{nvml.GPM_METRIC_PCIE_RX_PER_SEC, fProfPCIeRxBytes, 1 << 20, fPCIeRxRate},
+	{nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, fProfNVLinkTxBytes, 1 << 20, numFields},
+	{nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, fProfNVLinkRxBytes, 1 << 20, numFields},
+}
+
+var gpmFields = func() []fieldID {
+	fs := make([]fieldID, len(gpmMetrics))
+	for i, m := range gpmMetrics {
+		fs[i] = m.field
+	}
+	return fs
+}()
+
+// gpmState holds the two GPM sample buffers of a GPU. GPM metrics are
+// computed from two samples taken one interval apart, so each cycle takes
+// a sample into one buffer and compares it with the other.
+type gpmState struct {
+	samples [2]nvml.GpmSample
+	cur     int
+	primed  bool
+	req     nvml.GpmMetricsGetType // ~19 KB; reused rather than allocated per cycle
+}
+
+// openGPM returns nil when the GPU has no GPM (anything before Hopper),
+// in which case the profiling fields are reported unsupported.
+func (b *nvmlBackend) openGPM(dev nvml.Device) *gpmState {
+	sup, ret := dev.GpmQueryDeviceSupport()
+	if ret != nvml.SUCCESS || sup.IsSupportedDevice == 0 {
+		return nil
+	}
+	g := &gpmState{}
+	for i := range g.samples {
+		s, ret := b.lib.GpmSampleAlloc()
+		if ret != nvml.SUCCESS {
+			g.free()
+			b.logger.Warn("Cannot allocate GPM sample; profiling metrics disabled for this GPU", "err", ret)
+			return nil
+		}
+		g.samples[i] = s
+	}
+	return g
+}
+
+func (g *gpmState) free() {
+	for i, s := range g.samples {
+		if s != nil {
+			s.Free()
+			g.samples[i] = nil
+		}
+	}
+}
+
+func (b *nvmlBackend) readGPM(r *reader, g *nvmlGPU) {
+	if !b.fields.has(fProfGrEngineActive) {
+		return
+	}
+	st := g.gpm
+	if st == nil {
+		for _, f := range gpmFields {
+			r.s.unsupported.add(f)
+		}
+		return
+	}
+	cur := st.samples[st.cur]
+	if !r.ok(g.dev.GpmSampleGet(cur), gpmFields...) {
+		st.primed = false
+		return
+	}
+	if st.primed {
+		st.req.Version = nvml.GPM_METRICS_GET_VERSION
+		st.req.NumMetrics = uint32(len(gpmMetrics))
+		st.req.Sample1 = st.samples[1-st.cur]
+		st.req.Sample2 = cur
+		for i, m := range gpmMetrics {
+			st.req.Metrics[i] = nvml.GpmMetric{MetricId: uint32(m.id)}
+		}
+		if r.ok(b.lib.GpmMetricsGet(&st.req), gpmFields...) {
+			for i, m := range gpmMetrics {
+				res := &st.req.Metrics[i]
+				if !r.ok(nvml.Return(res.NvmlReturn), m.field) {
+					continue
+				}
+				v := res.Value * m.scale
+				r.s.setValue(m.field, v)
+				if m.pcie != numFields {
+					r.s.setValue(m.pcie, v)
+				}
+			}
+		}
+	}
+	st.cur = 1 - st.cur
+	st.primed = true
+}

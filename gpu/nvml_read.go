@@ -1,0 +1,417 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// reader records the outcome of the NVML calls for one GPU in one cycle.
+type reader struct {
+	s    *gpuSample
+	errs *[]fieldError
+	gpu  string
+	// lost is set once the GPU is gone (fallen off the bus); reading the
+	// rest of its fields would only produce more of the same error.
+	lost bool
+}
+
+// ok reports whether a call that feeds fields fs succeeded. Unsupported
+// calls mark the fields unsupported (their series are omitted, as DCGM
+// does); any other failure is counted once per field.
+func (r *reader) ok(ret nvml.Return, fs ...fieldID) bool {
+	switch ret {
+	case nvml.SUCCESS:
+		return true
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		for _, f := range fs {
+			r.s.unsupported.add(f)
+		}
+	default:
+		if ret == nvml.ERROR_GPU_IS_LOST {
+			r.lost = true
+		}
+		for _, f := range fs {
+			*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[f].name, err: ret})
+		}
+	}
+	return false
+}
+
+const bytesPerMiB = 1 << 20
+
+// mib converts bytes to MiB with the integer truncation DCGM applies.
+func mib(b uint64) float64 { return float64(b / bytesPerMiB) }
+
+func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now time.Time) {
+	r := reader{s: s, errs: errs, gpu: g.label}
+	defer func() {
+		// A misbehaving driver binding must cost one GPU's sample, not the process.
+		if p := recover(); p != nil {
+			*errs = append(*errs, fieldError{gpu: g.label, field: "device", err: fmt.Errorf("panic: %v", p)})
+		}
+	}()
+	d := g.dev
+	steps := [...]func(){
+		func() {
+			v, ret := d.GetClockInfo(nvml.CLOCK_SM)
+			if r.ok(ret, fSMClock) {
+				s.setValue(fSMClock, float64(v))
+			}
+		},
+		func() {
+			v, ret := d.GetClockInfo(nvml.CLOCK_MEM)
+			if r.ok(ret, fMemClock) {
+				s.setValue(fMemClock, float64(v))
+			}
+		},
+		func() {
+			v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU)
+			// DCGM treats readings above 200 °C as blank.
+			if r.ok(ret, fGPUTemp) && v <= 200 {
+				s.setValue(fGPUTemp, float64(v))
+			}
+		},
+		func() {
+			v, ret := d.GetPowerUsage()
+			if r.ok(ret, fPowerUsage) {
+				s.setValue(fPowerUsage, float64(v)/1000.0)
+			}
+		},
+		func() {
+			v, ret := d.GetTotalEnergyConsumption()
+			if r.ok(ret, fEnergy) {
+				s.setValue(fEnergy, float64(v))
+			}
+		},
+		func() {
+			v, ret := d.GetPcieReplayCounter()
+			if r.ok(ret, fPCIeReplay) {
+				s.setValue(fPCIeReplay, float64(v))
+			}
+		},
+		func() {
+			u, ret := d.GetUtilizationRates()
+			if r.ok(ret, fGPUUtil, fMemCopyUtil) {
+				s.setValue(fGPUUtil, float64(u.Gpu))
+				s.setValue(fMemCopyUtil, float64(u.Memory))
+			}
+		},
+		func() {
+			v, _, ret := d.GetEncoderUtilization()
+			if r.ok(ret, fEncUtil) {
+				s.setValue(fEncUtil, float64(v))
+			}
+		},
+		func() {
+			v, _, ret := d.GetDecoderUtilization()
+			if r.ok(ret, fDecUtil) {
+				s.setValue(fDecUtil, float64(v))
+			}
+		},
+		func() { readMemory(&r, d) },
+		func() {
+			corr, unc, _, failed, ret := d.GetRemappedRows()
+			if r.ok(ret, fCorRemappedRows, fUncRemappedRows, fRowRemapFailure) {
+				s.setValue(fCorRemappedRows, float64(corr))
+				s.setValue(fUncRemappedRows, float64(unc))
+				s.setValue(fRowRemapFailure, boolValue(failed))
+			}
+		},
+		func() {
+			lf, ret := d.GetGridLicensableFeatures()
+			if r.ok(ret, fVGPULicense) {
+				s.setValue(fVGPULicense, vgpuLicensed(lf))
+			}
+		},
+		func() { b.readFieldValues(&r, g, now) },
+		func() { b.readGPM(&r, g) },
+		func() { b.readPCIe(&r, g) },
+		func() {
+			if !b.fields.has(fClockEvents) {
+				return
+			}
+			v, ret := d.GetCurrentClocksEventReasons()
+			if r.ok(ret, fClockEvents) {
+				s.clockEvents = v
+				s.set.add(fClockEvents)
+			}
+		},
+		func() {
+			if !b.fields.has(fRetiredSBE) {
+				return
+			}
+			pages, ret := d.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+			if r.ok(ret, fRetiredSBE) {
+				s.setValue(fRetiredSBE, float64(len(pages)))
+			}
+		},
+		func() { b.readXID(&r, g) },
+		func() { b.readProcesses(&r, g) },
+	}
+	for _, step := range steps {
+		step()
+		if r.lost {
+			return
+		}
+	}
+}
+
+// readMemory uses the v2 memory info, which splits the reserved part out of
+// "used" as DCGM does with driver 510 and later; older drivers only have v1.
+func readMemory(r *reader, d nvml.Device) {
+	m, ret := d.GetMemoryInfo_v2()
+	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_NOT_SUPPORTED {
+		m1, ret1 := d.GetMemoryInfo()
+		if r.ok(ret1, fFBFree, fFBUsed, fFBTotal) {
+			r.s.setValue(fFBFree, mib(m1.Free))
+			r.s.setValue(fFBUsed, mib(m1.Used))
+			r.s.setValue(fFBTotal, mib(m1.Total))
+			r.s.unsupported.add(fFBReserved)
+		}
+		return
+	}
+	if r.ok(ret, fFBFree, fFBUsed, fFBReserved, fFBTotal) {
+		r.s.setValue(fFBFree, mib(m.Free))
+		r.s.setValue(fFBUsed, mib(m.Used))
+		r.s.setValue(fFBReserved, mib(m.Reserved))
+		r.s.setValue(fFBTotal, mib(m.Total))
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// vgpuLicensed follows DCGM: 0 without GRID licensing, else whether the
+// vGPU feature is licensed.
+func vgpuLicensed(lf nvml.GridLicensableFeatures) float64 {
+	if lf.IsGridLicenseSupported == 0 {
+		return 0
+	}
+	n := min(int(lf.LicensableFeaturesCount), len(lf.GridLicensableFeatures))
+	for _, f := range lf.GridLicensableFeatures[:n] {
+		if f.FeatureCode == uint32(nvml.GRID_LICENSE_FEATURE_CODE_VGPU) {
+			return boolValue(f.FeatureState > 0)
+		}
+	}
+	return 0
+}
+
+// fieldValueSpec says what an entry of a GetFieldValues request feeds.
+type fieldValueSpec struct {
+	field fieldID
+	// asUint reads the value as an unsigned int whatever its type, which
+	// DCGM does for memory temperature to work around a driver bug.
+	asUint bool
+	// nvlinkPart marks the two NVLink throughput halves that together feed
+	// the NVLINK_BANDWIDTH_TOTAL rate.
+	nvlinkPart bool
+}
+
+// fieldValueRequest builds the one batched GetFieldValues request per GPU
+// and cycle that covers every field without a dedicated NVML call.
+func fieldValueRequest(enabled fieldSet) ([]nvml.FieldValue, []fieldValueSpec) {
+	const allLinks = 0xFFFFFFFF
+	var req []nvml.FieldValue
+	var specs []fieldValueSpec
+	add := func(id uint32, scope uint32, spec fieldValueSpec) {
+		if !enabled.has(spec.field) {
+			return
+		}
+		req = append(req, nvml.FieldValue{FieldId: id, ScopeId: scope})
+		specs = append(specs, spec)
+	}
+	add(nvml.FI_DEV_MEMORY_TEMP, 0, fieldValueSpec{field: fMemoryTemp, asUint: true})
+	add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, allLinks, fieldValueSpec{field: fNVLinkBandwidth, nvlinkPart: true})
+	add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, allLinks, fieldValueSpec{field: fNVLinkBandwidth, nvlinkPart: true})
+	add(nvml.FI_DEV_PERF_POLICY_POWER, 0, fieldValueSpec{field: fPowerViolation})
+	add(nvml.FI_DEV_PERF_POLICY_THERMAL, 0, fieldValueSpec{field: fThermalViolation})
+	add(nvml.FI_DEV_PERF_POLICY_SYNC_BOOST, 0, fieldValueSpec{field: fSyncBoostViolation})
+	add(nvml.FI_DEV_PERF_POLICY_BOARD_LIMIT, 0, fieldValueSpec{field: fBoardLimitViolation})
+	add(nvml.FI_DEV_PERF_POLICY_LOW_UTILIZATION, 0, fieldValueSpec{field: fLowUtilViolation})
+	add(nvml.FI_DEV_PERF_POLICY_RELIABILITY, 0, fieldValueSpec{field: fReliabilityViolation})
+	add(nvml.FI_DEV_ECC_SBE_VOL_TOTAL, 0, fieldValueSpec{field: fECCSBEVolTotal})
+	add(nvml.FI_DEV_ECC_DBE_VOL_TOTAL, 0, fieldValueSpec{field: fECCDBEVolTotal})
+	add(nvml.FI_DEV_ECC_SBE_AGG_TOTAL, 0, fieldValueSpec{field: fECCSBEAggTotal})
+	add(nvml.FI_DEV_ECC_DBE_AGG_TOTAL, 0, fieldValueSpec{field: fECCDBEAggTotal})
+	add(nvml.FI_DEV_RETIRED_DBE, 0, fieldValueSpec{field: fRetiredDBE})
+	add(nvml.FI_DEV_RETIRED_PENDING, 0, fieldValueSpec{field: fRetiredPending})
+	add(nvml.FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkCRCFlitErrors})
+	add(nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkCRCDataErrors})
+	add(nvml.FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkReplayErrors})
+	add(nvml.FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkRecoveryErrors})
+	return req, specs
+}
+
+func (b *nvmlBackend) readFieldValues(r *reader, g *nvmlGPU, now time.Time) {
+	if len(g.fieldValues) == 0 {
+		return
+	}
+	for i := range g.fieldValues {
+		fv := &g.fieldValues[i]
+		fv.Timestamp, fv.LatencyUsec, fv.ValueType, fv.NvmlReturn, fv.Value = 0, 0, 0, 0, [8]byte{}
+	}
+	if ret := g.dev.GetFieldValues(g.fieldValues); ret != nvml.SUCCESS {
+		nvlinkDone := false
+		for _, spec := range g.fieldMap {
+			if spec.nvlinkPart {
+				if nvlinkDone {
+					continue
+				}
+				nvlinkDone = true
+			}
+			r.ok(ret, spec.field)
+		}
+		g.nvlinkPrimed = false
+		return
+	}
+	var nvlinkKiB float64
+	nvlinkRet := nvml.SUCCESS
+	nvlinkAt := time.Time{}
+	sawNVLink := false
+	for i, spec := range g.fieldMap {
+		fv := &g.fieldValues[i]
+		ret := nvml.Return(fv.NvmlReturn)
+		if spec.nvlinkPart {
+			sawNVLink = true
+			if ret != nvml.SUCCESS && nvlinkRet == nvml.SUCCESS {
+				nvlinkRet = ret
+			}
+			v, _ := fieldValueFloat(fv, false)
+			nvlinkKiB += v
+			if fv.Timestamp > 0 {
+				nvlinkAt = time.UnixMicro(fv.Timestamp)
+			}
+			continue
+		}
+		if !r.ok(ret, spec.field) {
+			continue
+		}
+		v, ok := fieldValueFloat(fv, spec.asUint)
+		if !ok || (spec.field == fMemoryTemp && v > 200) {
+			continue // blank, as DCGM leaves it
+		}
+		r.s.setValue(spec.field, v)
+	}
+	if !sawNVLink || !r.ok(nvlinkRet, fNVLinkBandwidth) {
+		g.nvlinkPrimed = false
+		return
+	}
+	if nvlinkAt.IsZero() {
+		nvlinkAt = now
+	}
+	// DCGM reports NVLINK_BANDWIDTH_TOTAL as a rate of the summed KiB
+	// counters, divided by 1000 (its "MB/s" unit), 0 on the first sample.
+	rate := 0.0
+	if g.nvlinkPrimed {
+		if dt := nvlinkAt.Sub(g.nvlinkPrevAt).Seconds(); dt > 0 && nvlinkKiB >= g.nvlinkPrevKiB {
+			rate = (nvlinkKiB - g.nvlinkPrevKiB) / dt / 1000
+		}
+	}
+	g.nvlinkPrevKiB, g.nvlinkPrevAt, g.nvlinkPrimed = nvlinkKiB, nvlinkAt, true
+	r.s.setValue(fNVLinkBandwidth, rate)
+}
+
+// fieldValueFloat decodes a field value. It reports false for types it
+// does not know.
+func fieldValueFloat(fv *nvml.FieldValue, asUint bool) (float64, bool) {
+	v := fv.Value[:]
+	if asUint {
+		return float64(binary.LittleEndian.Uint32(v)), true
+	}
+	switch nvml.ValueType(fv.ValueType) {
+	case nvml.VALUE_TYPE_DOUBLE:
+		return math.Float64frombits(binary.LittleEndian.Uint64(v)), true
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return float64(binary.LittleEndian.Uint32(v)), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return float64(binary.LittleEndian.Uint64(v)), true
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return float64(int64(binary.LittleEndian.Uint64(v))), true
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		return float64(int32(binary.LittleEndian.Uint32(v))), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return float64(binary.LittleEndian.Uint16(v)), true
+	}
+	return 0, false
+}
+
+// readPCIe reads the link and, where GPM did not already give an interval
+// average, NVML's PCIe throughput (a 20 ms sample in KB/s, KB = 1024 bytes).
+func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
+	d := g.dev
+	if gen, ret := d.GetCurrPcieLinkGeneration(); r.ok(ret, fPCIeLinkGen) {
+		r.s.setValue(fPCIeLinkGen, float64(gen))
+	}
+	if w, ret := d.GetCurrPcieLinkWidth(); r.ok(ret, fPCIeLinkWidth) {
+		r.s.setValue(fPCIeLinkWidth, float64(w))
+	}
+	maxGen, ret := d.GetMaxPcieLinkGeneration()
+	genOK := r.ok(ret, fPCIeLinkMaxGen, fPCIeMaxBandwidth)
+	if genOK {
+		r.s.setValue(fPCIeLinkMaxGen, float64(maxGen))
+	}
+	maxWidth, ret := d.GetMaxPcieLinkWidth()
+	widthOK := r.ok(ret, fPCIeLinkMaxWidth, fPCIeMaxBandwidth)
+	if widthOK {
+		r.s.setValue(fPCIeLinkMaxWidth, float64(maxWidth))
+	}
+	if genOK && widthOK {
+		if bw := pcieMaxBandwidth(maxGen, maxWidth); bw > 0 {
+			r.s.setValue(fPCIeMaxBandwidth, bw)
+		}
+	}
+	if r.lost {
+		return
+	}
+	for _, x := range [...]struct {
+		counter nvml.PcieUtilCounter
+		field   fieldID
+	}{{nvml.PCIE_UTIL_TX_BYTES, fPCIeTxRate}, {nvml.PCIE_UTIL_RX_BYTES, fPCIeRxRate}} {
+		if r.s.set.has(x.field) {
+			continue
+		}
+		if v, ret := d.GetPcieThroughput(x.counter); r.ok(ret, x.field) {
+			r.s.setValue(x.field, float64(v)*1024)
+		}
+	}
+}
+
+func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU) {
+	if !b.fields.has(fContainerMemory) {
+		return
+	}
+	procs, ret := g.dev.GetComputeRunningProcesses()
+	if !r.ok(ret, fContainerMemory) {
+		return
+	}
+	r.s.set.add(fContainerMemory)
+	utils, ret := g.dev.GetProcessUtilization(g.lastProcessSeen)
+	switch ret {
+	case nvml.SUCCESS:
+		for _, u := range utils {
+			g.lastProcessSeen = max(g.lastProcessSeen, u.TimeStamp)
+		}
+		r.s.set.add(fContainerSM)
+	case nvml.ERROR_NOT_FOUND:
+		// No process ran on the GPU since the last cycle.
+		utils = nil
+		r.s.set.add(fContainerSM)
+	default:
+		utils = nil
+		r.ok(ret, fContainerSM)
+	}
+	cs, unresolved := b.grouper.group(procs, utils)
+	if unresolved > 0 && len(cs) == 0 {
+		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[fContainerMemory].name,
+			err: fmt.Errorf("cannot read the cgroup of any of %d GPU processes (is gpuscope outside the host pid namespace?)", unresolved)})
+	}
+	r.s.containers = cs
+}

@@ -1,0 +1,558 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNVMLConversions(t *testing.T) {
+	m := newMockMachine(t, 2)
+	clock := newFakeClock()
+	c, reg := testCollector(t, mockOptions(m, clock))
+	c.collectOnce(bg)
+
+	gpu0 := map[string]string{"gpu": "0"}
+	for _, tc := range []struct {
+		name  string
+		want  float64
+		typ   dto.MetricType
+		match map[string]string
+	}{
+		// 1024 MiB + 7 bytes: DCGM truncates to whole MiB.
+		{"DCGM_FI_DEV_FB_USED", 1024, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_FB_FREE", 80004, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_FB_RESERVED", 530, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_FB_TOTAL", 81559, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_FB_USED", 1025, dto.MetricType_GAUGE, map[string]string{"gpu": "1"}},
+		// 113611 mW is 113.611 W.
+		{"DCGM_FI_DEV_POWER_USAGE", 113.611, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_POWER_USAGE", 114.611, dto.MetricType_GAUGE, map[string]string{"gpu": "1"}},
+		// Energy stays in mJ and is a counter.
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 9876543210, dto.MetricType_COUNTER, gpu0},
+		{"DCGM_FI_DEV_SM_CLOCK", 1980, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_MEM_CLOCK", 2619, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_GPU_TEMP", 40, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_MEMORY_TEMP", 45, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_GPU_UTIL", 50, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_MEM_COPY_UTIL", 20, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_DEC_UTIL", 1, dto.MetricType_GAUGE, map[string]string{"gpu": "1"}},
+		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 1, dto.MetricType_COUNTER, map[string]string{"gpu": "1"}},
+		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 2, dto.MetricType_COUNTER, gpu0},
+		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1, dto.MetricType_COUNTER, gpu0},
+		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", 0, dto.MetricType_GAUGE, gpu0},
+		{"DCGM_FI_DEV_VGPU_LICENSE_STATUS", 0, dto.MetricType_GAUGE, gpu0},
+		// The first NVLink sample has no rate yet.
+		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 0, dto.MetricType_COUNTER, gpu0},
+		{"DCGM_FI_DEV_XID_ERRORS", 0, dto.MetricType_GAUGE, map[string]string{"gpu": "0", "err_code": "0", "err_msg": "No Error"}},
+		{"gpuscope_gpu_pcie_link_generation", 5, dto.MetricType_GAUGE, gpu0},
+		{"gpuscope_gpu_pcie_link_width", 16, dto.MetricType_GAUGE, gpu0},
+		// Gen 5 x16: 3938 MB/s per lane and direction.
+		{"gpuscope_gpu_pcie_max_bandwidth_bytes_per_second", 63008e6, dto.MetricType_GAUGE, gpu0},
+		// First cycle: no GPM interval yet, so NVML's KB/s throughput.
+		{"gpuscope_gpu_pcie_tx_bytes_per_second", 1000 * 1024, dto.MetricType_GAUGE, gpu0},
+		{"gpuscope_gpu_collector_up", 1, dto.MetricType_GAUGE, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var found []series
+			for _, s := range gather(t, reg, tc.name) {
+				if matches(s.labels, tc.match) {
+					found = append(found, s)
+				}
+			}
+			require.Len(t, found, 1)
+			require.Equal(t, tc.typ, found[0].typ)
+			require.InDelta(t, tc.want, found[0].value, 1e-9)
+		})
+	}
+
+	// NVLINK_BANDWIDTH_TOTAL is DCGM's rate: Δ KiB / Δ s / 1000.
+	m.mu.Lock()
+	m.nvlinkKiB[0] += 500000
+	m.mu.Unlock()
+	clock.Advance(10 * time.Second)
+	c.collectOnce(bg)
+	require.InDelta(t, 50.0, mustLookup(t, reg, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", gpu0), 1e-9)
+	require.InDelta(t, 0.0, mustLookup(t, reg, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", map[string]string{"gpu": "1"}), 1e-9)
+}
+
+func matches(labels, match map[string]string) bool {
+	for k, v := range match {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestNVMLLabels(t *testing.T) {
+	for _, tc := range []struct {
+		hostnameLabel string
+		want          []string
+	}{
+		{HostnameLabelDCGM, []string{"DCGM_FI_DRIVER_VERSION", "Hostname", "UUID", "device", "gpu", "modelName", "pci_bus_id"}},
+		{HostnameLabelLower, []string{"DCGM_FI_DRIVER_VERSION", "UUID", "device", "gpu", "hostname", "modelName", "pci_bus_id"}},
+		{HostnameLabelNone, []string{"DCGM_FI_DRIVER_VERSION", "UUID", "device", "gpu", "modelName", "pci_bus_id"}},
+	} {
+		t.Run(tc.hostnameLabel, func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			o := mockOptions(m, newFakeClock())
+			o.Config.HostnameLabel = tc.hostnameLabel
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			s := gather(t, reg, "DCGM_FI_DEV_GPU_TEMP")
+			require.Len(t, s, 1)
+			var names []string
+			for k := range s[0].labels {
+				names = append(names, k)
+			}
+			require.ElementsMatch(t, tc.want, names)
+			require.Equal(t, "0", s[0].labels["gpu"])
+			require.Equal(t, "nvidia0", s[0].labels["device"])
+			require.Equal(t, "GPU-00000000-0000-4000-8000-000000000000", s[0].labels["UUID"])
+			require.Equal(t, "00000000:18:00.0", s[0].labels["pci_bus_id"])
+			require.Equal(t, "NVIDIA H100 80GB HBM3", s[0].labels["modelName"])
+			require.Equal(t, "550.54.15", s[0].labels["DCGM_FI_DRIVER_VERSION"])
+			if tc.hostnameLabel != HostnameLabelNone {
+				require.Equal(t, "gpu-node-1", s[0].labels[tc.hostnameLabel])
+			}
+		})
+	}
+}
+
+func TestPCIBusIDFallsBackToNumbers(t *testing.T) {
+	// The mock server leaves BusId empty, as some drivers do for vGPUs.
+	require.Equal(t, "00000001:64:02.0", pciBusID(nvml.PciInfo{Domain: 1, Bus: 0x64, Device: 2}))
+	p := nvml.PciInfo{}
+	for i, c := range "00000000:AB:00.0" {
+		p.BusId[i] = int8(c)
+	}
+	require.Equal(t, "00000000:AB:00.0", pciBusID(p))
+}
+
+func TestNVMLFieldValueTypes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fill   func(*nvml.FieldValue)
+		asUint bool
+		want   float64
+	}{
+		{"double", func(fv *nvml.FieldValue) { putFieldDouble(fv, 1.5) }, false, 1.5},
+		{"uint", func(fv *nvml.FieldValue) { putFieldValue(fv, nvml.VALUE_TYPE_UNSIGNED_INT, 7) }, false, 7},
+		{"ulonglong", func(fv *nvml.FieldValue) { putFieldValue(fv, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, 1<<40) }, false, 1 << 40},
+		{"signed", func(fv *nvml.FieldValue) { putFieldValue(fv, nvml.VALUE_TYPE_SIGNED_LONG_LONG, ^uint64(0)) }, false, -1},
+		// DCGM reads memory temperature as an unsigned int whatever the type says.
+		{"memory temp as uint", func(fv *nvml.FieldValue) { putFieldValue(fv, nvml.VALUE_TYPE_DOUBLE, 88) }, true, 88},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fv nvml.FieldValue
+			tc.fill(&fv)
+			v, ok := fieldValueFloat(&fv, tc.asUint)
+			require.True(t, ok)
+			require.Equal(t, tc.want, v)
+		})
+	}
+}
+
+func TestNVMLUnsupportedFieldsOmitted(t *testing.T) {
+	m := newMockMachine(t, 2)
+	m.devs[1].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	m.devs[1].GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED }
+	// Drivers before 510 lack the v2 memory call: used then includes reserved,
+	// and FB_RESERVED does not exist.
+	m.devs[1].GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND }
+	m.devs[0].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 255, nvml.SUCCESS }
+	c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+	c.collectOnce(bg)
+
+	gpu1 := map[string]string{"gpu": "1"}
+	for _, name := range []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_FB_RESERVED"} {
+		_, ok := lookup(t, reg, name, gpu1)
+		require.False(t, ok, "%s must be omitted on GPU 1", name)
+		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "1", "field": name}))
+	}
+	// v1 memory from the mock server: 80 GiB total, nothing used.
+	require.Equal(t, 81920.0, mustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", gpu1))
+	// Above 200 °C DCGM treats the reading as blank: omitted, but supported.
+	_, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"})
+	require.False(t, ok)
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "DCGM_FI_DEV_FB_USED"}))
+	// Unsupported is not an error.
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+}
+
+func TestNVMLErrorOnOneGPUIsIsolated(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// break makes GPU 1 fail; wantField is the errors_total field label.
+		breakGPU  func(m *mockMachine)
+		wantField string
+		// stillThere is a GPU 1 metric that must survive the failure, "" if none.
+		stillThere string
+	}{
+		{
+			name: "one field fails",
+			breakGPU: func(m *mockMachine) {
+				m.devs[1].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			wantField:  "DCGM_FI_DEV_POWER_USAGE",
+			stillThere: "DCGM_FI_DEV_GPU_TEMP",
+		},
+		{
+			name: "GPU fell off the bus",
+			breakGPU: func(m *mockMachine) {
+				m.devs[1].GetClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
+			},
+			wantField: "DCGM_FI_DEV_SM_CLOCK",
+		},
+		{
+			name: "driver binding panics",
+			breakGPU: func(m *mockMachine) {
+				m.devs[1].GetTemperatureFunc = nil // the mock panics on a nil func
+			},
+			wantField:  "device",
+			stillThere: "DCGM_FI_DEV_SM_CLOCK",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 2)
+			tc.breakGPU(m)
+			var logs bytes.Buffer
+			o := mockOptions(m, newFakeClock())
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			c.collectOnce(bg)
+
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+			require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "1", "field": tc.wantField}))
+			require.Len(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"), 1, "only the failing read is counted")
+			// GPU 0 is complete.
+			for _, name := range []string{"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS"} {
+				mustLookup(t, reg, name, map[string]string{"gpu": "0"})
+			}
+			_, ok := lookup(t, reg, tc.wantField, map[string]string{"gpu": "1"})
+			require.False(t, ok)
+			if tc.stillThere != "" {
+				mustLookup(t, reg, tc.stillThere, map[string]string{"gpu": "1"})
+			}
+			// The reason is logged once, not at every cycle.
+			require.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("GPU read failed")), logs.String())
+		})
+	}
+}
+
+func TestNVMLHungCallDoesNotBlockCollect(t *testing.T) {
+	m := newMockMachine(t, 2)
+	var hang atomic.Bool
+	release := make(chan struct{})
+	var calls atomic.Int32
+	m.devs[0].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
+		if hang.Load() {
+			calls.Add(1)
+			<-release
+		}
+		return 40, nvml.SUCCESS
+	}
+	cfg := DefaultConfig()
+	cfg.Backend = BackendNVML
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir()})
+	require.NoError(t, err)
+	reg := newRegistry(t, c)
+
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	require.Eventually(t, func() bool {
+		v, ok := lookup(t, reg, "gpuscope_gpu_collector_cycles_total", nil)
+		return ok && v >= 2
+	}, 5*time.Second, 5*time.Millisecond)
+	hang.Store(true)
+	require.Eventually(t, func() bool {
+		v, _ := lookup(t, reg, "gpuscope_gpu_collector_cycle_timeouts_total", nil)
+		return v >= 1
+	}, 5*time.Second, 5*time.Millisecond)
+
+	// The driver is hung: scrapes still answer at once, with the last
+	// complete sample, and say the backend is not working.
+	start := time.Now()
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+	require.Equal(t, 40.0, mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"}))
+	require.Equal(t, 41.0, mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "1"}))
+	require.Less(t, time.Since(start), time.Second)
+
+	// Ticks keep coming, but no second cycle piles up on the hung call.
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, int32(1), calls.Load())
+
+	hang.Store(false)
+	close(release)
+	require.Eventually(t, func() bool {
+		v, _ := lookup(t, reg, "gpuscope_gpu_collector_up", nil)
+		return v == 1
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+func TestNVMLXIDEvents(t *testing.T) {
+	m := newMockMachine(t, 2)
+	c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+	c.collectOnce(bg)
+	for _, gpu := range []string{"0", "1"} {
+		require.Equal(t, 0.0, mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": gpu, "err_code": "0", "err_msg": "No Error"}))
+	}
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_xid_errors_total"))
+
+	m.events <- nvml.EventData{Device: m.devs[1], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	m.events <- nvml.EventData{Device: m.devs[1], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	// An event of another type is ignored.
+	m.events <- nvml.EventData{Device: m.devs[0], EventType: nvml.EventTypeSingleBitEccError, EventData: 13}
+	require.Eventually(t, func() bool {
+		c.collectOnce(bg)
+		v, ok := lookup(t, reg, "gpuscope_gpu_xid_errors_total", map[string]string{"gpu": "1"})
+		return ok && v == 2
+	}, 5*time.Second, 10*time.Millisecond)
+
+	xid := gather(t, reg, "DCGM_FI_DEV_XID_ERRORS")
+	require.Len(t, xid, 2)
+	for _, s := range xid {
+		switch s.labels["gpu"] {
+		case "0":
+			require.Equal(t, 0.0, s.value)
+		case "1":
+			require.Equal(t, 79.0, s.value)
+			require.Equal(t, "79", s.labels["err_code"])
+			require.Equal(t, "GPU has fallen off the bus", s.labels["err_msg"])
+		}
+	}
+	require.Equal(t, "Unknown Error", xidMessage(4000))
+	require.Len(t, xidMessages, 173)
+}
+
+func TestNVMLXIDUnsupported(t *testing.T) {
+	m := newMockMachine(t, 2)
+	m.devs[1].RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
+	c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+	c.collectOnce(bg)
+	mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "0"})
+	_, ok := lookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "1"})
+	require.False(t, ok)
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "1", "field": "DCGM_FI_DEV_XID_ERRORS"}))
+}
+
+func TestNVMLGPM(t *testing.T) {
+	m := newMockMachine(t, 2)
+	m.gpm[1] = false // say, an A100
+	clock := newFakeClock()
+	c, reg := testCollector(t, mockOptions(m, clock))
+	c.collectOnce(bg)
+	// GPM needs two samples one interval apart.
+	require.Empty(t, gather(t, reg, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+
+	clock.Advance(10 * time.Second)
+	c.collectOnce(bg)
+	gpu0 := map[string]string{"gpu": "0"}
+	for _, tc := range []struct {
+		name string
+		want float64
+	}{
+		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.42},
+		{"DCGM_FI_PROF_SM_ACTIVE", 0.40},
+		{"DCGM_FI_PROF_SM_OCCUPANCY", 0.25},
+		{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.125},
+		{"DCGM_FI_PROF_DRAM_ACTIVE", 0.30},
+		{"DCGM_FI_PROF_PCIE_TX_BYTES", 100 * 1048576},
+		{"DCGM_FI_PROF_PCIE_RX_BYTES", 200 * 1048576},
+		{"DCGM_FI_PROF_NVLINK_TX_BYTES", 1000 * 1048576},
+		{"DCGM_FI_PROF_NVLINK_RX_BYTES", 2000 * 1048576},
+		// With GPM the PCIe rate is GPM's interval average.
+		{"gpuscope_gpu_pcie_tx_bytes_per_second", 100 * 1048576},
+		{"gpuscope_gpu_pcie_rx_bytes_per_second", 200 * 1048576},
+	} {
+		require.InDelta(t, tc.want, mustLookup(t, reg, tc.name, gpu0), 1e-9, tc.name)
+	}
+	gpu1 := map[string]string{"gpu": "1"}
+	for _, name := range []string{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES"} {
+		_, ok := lookup(t, reg, name, gpu1)
+		require.False(t, ok, "%s is never faked on a GPU without GPM", name)
+		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "1", "field": name}))
+	}
+	// Without GPM the PCIe rate comes from NVML's throughput counter.
+	require.Equal(t, 1000.0*1024, mustLookup(t, reg, "gpuscope_gpu_pcie_tx_bytes_per_second", gpu1))
+
+	// Profiling can be switched off.
+	o := mockOptions(newMockMachine(t, 1), clock)
+	o.Config.Families.Profiling = false
+	c2, reg2 := testCollector(t, o)
+	c2.collectOnce(bg)
+	c2.collectOnce(bg)
+	require.Empty(t, gather(t, reg2, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+}
+
+func TestNVMLOptionalFamilies(t *testing.T) {
+	m := newMockMachine(t, 1)
+	o := mockOptions(m, newFakeClock())
+	c, reg := testCollector(t, o)
+	c.collectOnce(bg)
+	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.Empty(t, gather(t, reg, name), "%s is off by default", name)
+	}
+
+	o.Config.Families = Families{ECC: true, Violations: true, RetiredPages: true, NVLinkErrors: true, ClockEvents: true}
+	c, reg = testCollector(t, o)
+	c.collectOnce(bg)
+	gpu0 := map[string]string{"gpu": "0"}
+	require.Equal(t, 3.0, mustLookup(t, reg, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu0))
+	require.Equal(t, 1.5e9, mustLookup(t, reg, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu0))
+	require.Equal(t, 1.0, mustLookup(t, reg, "DCGM_FI_DEV_RETIRED_SBE", gpu0))
+	require.Equal(t, 0.0, mustLookup(t, reg, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", gpu0))
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_clock_event_active", map[string]string{"gpu": "0", "reason": "gpu_idle"}))
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_clock_event_active", map[string]string{"gpu": "0", "reason": "sw_thermal"}))
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_clock_event_active", map[string]string{"gpu": "0", "reason": "hw_thermal"}))
+	require.Empty(t, gather(t, reg, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
+}
+
+func TestNVMLProcessesToContainers(t *testing.T) {
+	m := newMockMachine(t, 2)
+	proc := t.TempDir()
+	const dockerV1 = "12:pids:/system.slice/docker-abc.scope\n4:cpu,cpuacct:/system.slice/docker-abc.scope\n1:name=systemd:/system.slice/docker-abc.scope\n0::/system.slice/docker-abc.scope\n"
+	writeProc(t, proc, 100, dockerV1)
+	writeProc(t, proc, 101, dockerV1)
+	writeProc(t, proc, 102, "0::/user.slice/user-1000.slice/session-2.scope\n")
+	writeProc(t, proc, 200, "0::/\n")
+	// pid 103 has exited: no /proc entry.
+	m.procs[0] = []nvml.ProcessInfo{
+		{Pid: 100, UsedGpuMemory: 10 << 30},
+		{Pid: 101, UsedGpuMemory: 2 << 30},
+		{Pid: 102, UsedGpuMemory: 1 << 30},
+		{Pid: 103, UsedGpuMemory: 1 << 30},
+	}
+	m.utils[0] = []nvml.ProcessUtilizationSample{
+		{Pid: 100, TimeStamp: 1000, SmUtil: 40},
+		{Pid: 100, TimeStamp: 2000, SmUtil: 60}, // mean 50
+		{Pid: 101, TimeStamp: 1500, SmUtil: 20},
+		{Pid: 102, TimeStamp: 1800, SmUtil: 5},
+	}
+	m.procs[1] = []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: ^uint64(0)}} // not available
+	o := mockOptions(m, newFakeClock())
+	o.ProcRoot = proc
+	o.ContainerLookup = func(id string) (string, string, bool) {
+		if id == "/system.slice/docker-abc.scope" {
+			return "trainer", "pytorch:24.01", true
+		}
+		return "", "", false
+	}
+	c, reg := testCollector(t, o)
+	c.collectOnce(bg)
+
+	docker := map[string]string{"gpu": "0", "UUID": "GPU-00000000-0000-4000-8000-000000000000", "id": "/system.slice/docker-abc.scope", "name": "trainer", "image": "pytorch:24.01"}
+	session := map[string]string{"gpu": "0", "id": "/user.slice/user-1000.slice/session-2.scope", "name": "", "image": ""}
+	require.Equal(t, float64(12<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", docker))
+	require.Equal(t, 70.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker))
+	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", docker))
+	require.Equal(t, float64(1<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", session))
+	require.Equal(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session))
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/"}))
+	require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 3)
+
+	// The next cycle asks only for samples newer than the last one seen.
+	c.collectOnce(bg)
+	m.mu.Lock()
+	require.Equal(t, []uint64{0, 2000}, m.lastSeen[0])
+	m.mu.Unlock()
+	// Nothing ran since: utilisation 0, memory still held.
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker))
+	require.Equal(t, float64(12<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", docker))
+}
+
+func TestNVMLOpen(t *testing.T) {
+	t.Run("driver not loaded, then loaded", func(t *testing.T) {
+		m := newMockMachine(t, 1)
+		var loaded atomic.Bool
+		m.srv.InitFunc = func() nvml.Return {
+			if loaded.Load() {
+				return nvml.SUCCESS
+			}
+			return nvml.ERROR_DRIVER_NOT_LOADED
+		}
+		var logs syncBuffer
+		o := mockOptions(m, newFakeClock())
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c, reg := testCollector(t, o)
+		for range 3 {
+			c.collectOnce(bg)
+		}
+		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		require.Empty(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"))
+		require.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("GPU collector down")), logs.String())
+
+		loaded.Store(true)
+		c.collectOnce(bg)
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"})
+	})
+	t.Run("a GPU lost before start", func(t *testing.T) {
+		m := newMockMachine(t, 2)
+		m.devs[1].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+		c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+		c.collectOnce(bg)
+		c.collectOnce(bg)
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 1)
+		require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "1", "field": "device"}))
+	})
+	t.Run("dgxh100 as shipped", func(t *testing.T) {
+		// go-nvml's DGX H100 mock with only the telemetry the test sets:
+		// every GPU is there with its identity.
+		srv := dgxh100.New()
+		cfg := DefaultConfig()
+		cfg.Backend = BackendNVML
+		cfg.Families = Families{}
+		srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+		c, reg := testCollector(t, Options{Config: cfg, NVML: srv})
+		c.collectOnce(bg)
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		require.Equal(t, "nvml", gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"])
+		// Telemetry calls the mock has no function for fail per GPU, not the collector.
+		errs := gather(t, reg, "gpuscope_gpu_collector_errors_total")
+		require.Len(t, errs, 8)
+		for _, e := range errs {
+			require.Equal(t, "device", e.labels["field"])
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger written from Run's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.b.Bytes()...)
+}
+
+func (s *syncBuffer) String() string { return string(s.Bytes()) }

@@ -1,0 +1,111 @@
+package gpu
+
+import (
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// containerGrouper turns a GPU's compute processes into per-container
+// usage. One grouper serves all GPUs of a backend and is only used from
+// the sampling goroutine.
+type containerGrouper struct {
+	pids   *pidResolver
+	lookup func(id string) (name, image string, ok bool)
+
+	names map[string][2]string // this cycle's ContainerLookup answers
+	// Scratch space reused across GPUs and cycles.
+	perPID map[uint32]pidUsage
+	byID   map[string]int
+}
+
+type pidUsage struct {
+	memoryBytes float64
+	smSum       float64
+	smSamples   int
+}
+
+func newContainerGrouper(procRoot string, lookup func(string) (string, string, bool)) *containerGrouper {
+	return &containerGrouper{
+		pids:   newPIDResolver(procRoot),
+		lookup: lookup,
+		names:  map[string][2]string{},
+		perPID: map[uint32]pidUsage{},
+		byID:   map[string]int{},
+	}
+}
+
+func (g *containerGrouper) beginCycle() {
+	g.pids.beginCycle()
+	clear(g.names)
+}
+
+func (g *containerGrouper) endCycle() { g.pids.endCycle() }
+
+// group sums memory and SM utilisation per container. A process's SM
+// utilisation is the mean of its samples since the previous cycle; a
+// container's is the sum over its processes, capped at 100. Processes whose
+// cgroup cannot be read (exited meanwhile, or in another pid namespace)
+// are left out and counted in unresolved.
+func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []containerUsage, unresolved int) {
+	clear(g.perPID)
+	for _, p := range procs {
+		u := g.perPID[p.Pid]
+		// NVML reports NVML_VALUE_NOT_AVAILABLE (all ones) when it may not
+		// tell, for example for another user's process without privileges.
+		if p.UsedGpuMemory != ^uint64(0) {
+			u.memoryBytes += float64(p.UsedGpuMemory)
+		}
+		g.perPID[p.Pid] = u
+	}
+	for _, s := range utils {
+		u := g.perPID[s.Pid]
+		u.smSum += float64(s.SmUtil)
+		u.smSamples++
+		g.perPID[s.Pid] = u
+	}
+	if len(g.perPID) == 0 {
+		return nil, 0
+	}
+	clear(g.byID)
+	for pid, u := range g.perPID {
+		id, err := g.pids.resolve(pid)
+		if err != nil {
+			unresolved++
+			continue
+		}
+		i, ok := g.byID[id]
+		if !ok {
+			i = len(out)
+			g.byID[id] = i
+			name, image := g.containerName(id)
+			out = append(out, containerUsage{id: id, name: name, image: image})
+		}
+		c := &out[i]
+		c.memoryBytes += u.memoryBytes
+		if u.smSamples > 0 {
+			c.smPercent += u.smSum / float64(u.smSamples)
+		}
+		c.processes++
+	}
+	for i := range out {
+		out[i].smPercent = min(out[i].smPercent, 100)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out, unresolved
+}
+
+func (g *containerGrouper) containerName(id string) (string, string) {
+	if g.lookup == nil {
+		return "", ""
+	}
+	if n, ok := g.names[id]; ok {
+		return n[0], n[1]
+	}
+	name, image, ok := g.lookup(id)
+	if !ok {
+		name, image = "", ""
+	}
+	g.names[id] = [2]string{name, image}
+	return name, image
+}

@@ -1,0 +1,100 @@
+package gpu
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// backend is where samples come from. The collector calls open until it
+// succeeds, then sample once per cycle, never two calls at once; close
+// is called once when Run ends, unless a call is still hung.
+type backend interface {
+	// name is the backend_info label value.
+	name() string
+	// open prepares the backend. Goroutines it starts (event loops,
+	// CPU burners) stop when ctx ends or close is called.
+	open(ctx context.Context) error
+	// sample reads every GPU once. It reports only what it read: a field
+	// that failed is absent from the sample and listed in errs.
+	sample(ctx context.Context, now time.Time) *sample
+	close() error
+}
+
+// gpuInfo is what identifies a GPU in labels. It is built once when the
+// backend opens and shared, read-only, by every sample.
+type gpuInfo struct {
+	index  int
+	uuid   string
+	busID  string
+	model  string
+	driver string
+
+	// Label values in the order of the descriptors' label names.
+	dcgmLabels []string // gpu, UUID, pci_bus_id, device, modelName, [Hostname], DCGM_FI_DRIVER_VERSION
+	ownLabels  []string // gpu, UUID
+}
+
+func newGPUInfo(index int, uuid, busID, model, driver, hostname string, withHost bool) *gpuInfo {
+	g := &gpuInfo{index: index, uuid: uuid, busID: busID, model: model, driver: driver}
+	idx := strconv.Itoa(index)
+	g.dcgmLabels = []string{idx, uuid, busID, "nvidia" + idx, model}
+	if withHost {
+		g.dcgmLabels = append(g.dcgmLabels, hostname)
+	}
+	g.dcgmLabels = append(g.dcgmLabels, driver)
+	g.ownLabels = []string{idx, uuid}
+	return g
+}
+
+// gpuSample is one GPU's values from one cycle.
+type gpuSample struct {
+	info *gpuInfo
+	// set holds the fields that have a value; unsupported those the driver
+	// says the GPU does not support. A field in neither failed or was blank.
+	set         fieldSet
+	unsupported fieldSet
+	values      [numFields]float64
+
+	// xidCounts counts XID events by code since gpuscope started
+	// (values[fXID] holds the last code).
+	xidCounts []xidCount
+	// clockEvents is NVML's clock event reason bitmask (field fClockEvents).
+	clockEvents uint64
+	// containers is the GPU's compute processes grouped by container,
+	// sorted by id (fields fContainerMemory, fContainerSM).
+	containers []containerUsage
+}
+
+func (s *gpuSample) setValue(f fieldID, v float64) {
+	s.values[f] = v
+	s.set.add(f)
+}
+
+type xidCount struct {
+	code  uint64
+	count uint64
+}
+
+// containerUsage is what a container's processes use on one GPU.
+type containerUsage struct {
+	id, name, image string
+	memoryBytes     float64
+	smPercent       float64
+	processes       int
+}
+
+// sample is one complete cycle: what a scrape is served until the next.
+type sample struct {
+	time time.Time
+	gpus []gpuSample
+	errs []fieldError
+}
+
+// fieldError is one failed read. gpu is the GPU index, or "" when the
+// failure is not tied to one GPU.
+type fieldError struct {
+	gpu   string
+	field string
+	err   error
+}

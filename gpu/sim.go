@@ -1,0 +1,253 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// simBackend simulates GPUs with scenarios, so that every GPU feature can
+// be seen and tested without a GPU. Values are plausible for an H100 SXM
+// and carry noise; the scenarios' time runs time_scale times faster than
+// the wall clock.
+type simBackend struct {
+	cfg      SimConfig
+	fields   fieldSet
+	logger   *slog.Logger
+	hostname string
+	withHost bool
+	lookup   func(string) (string, string, bool)
+	cgroups  string
+	now      func() time.Time
+
+	// burnControllers are the cgroup v1 hierarchies a burning container is
+	// created in; tests narrow it.
+	burnControllers []string
+
+	start   time.Time
+	lastT   float64
+	gpus    []*simGPU
+	burners []*cpuBurner
+}
+
+const simDriverVersion = "580.105.08"
+
+func newSimBackend(o *Options, fields fieldSet, withHost bool) *simBackend {
+	return &simBackend{
+		cfg:             o.Config.Sim,
+		fields:          fields,
+		logger:          o.Logger,
+		hostname:        o.Hostname,
+		withHost:        withHost,
+		lookup:          o.ContainerLookup,
+		cgroups:         o.CgroupRoot,
+		now:             o.Now,
+		burnControllers: []string{"cpu", "cpuacct", "memory", "pids"},
+	}
+}
+
+func (b *simBackend) name() string { return BackendSim }
+
+func (b *simBackend) open(ctx context.Context) error {
+	b.start = b.now()
+	b.lastT = 0
+	b.gpus = make([]*simGPU, b.cfg.Count)
+	for i := range b.gpus {
+		spec := SimGPU{Scenario: ScenarioIdle}
+		if i < len(b.cfg.GPUs) {
+			spec = b.cfg.GPUs[i]
+		}
+		if spec.Scenario == "" {
+			spec.Scenario = ScenarioIdle
+		}
+		if spec.Container == "" && spec.Scenario != ScenarioIdle {
+			spec.Container = fmt.Sprintf("/gpuscope-sim/gpu%d", i)
+		}
+		b.gpus[i] = newSimGPU(i, spec, b.cfg, b.hostname, b.withHost)
+	}
+	if b.cfg.CPUBurn {
+		b.startBurners(ctx)
+	}
+	return nil
+}
+
+// startBurners gives every input-bound GPU's container a real cgroup with
+// a CPU limit and a busy process, so that cAdvisor reports the container
+// as CPU-saturated while the GPU starves. Failing that (not root,
+// read-only cgroups), the sim goes on without burning.
+func (b *simBackend) startBurners(ctx context.Context) {
+	seen := map[string]bool{}
+	for _, g := range b.gpus {
+		if g.scenario != ScenarioInputBound || seen[g.container] {
+			continue
+		}
+		seen[g.container] = true
+		br, err := startCPUBurner(ctx, burnerOptions{
+			root:        b.cgroups,
+			id:          g.container,
+			cores:       b.cfg.CPUBurnCores,
+			controllers: b.burnControllers,
+			logger:      b.logger,
+		})
+		if err != nil {
+			b.logger.Warn("Cannot burn CPU for the input-bound scenario; going on without", "container", g.container, "err", err)
+			continue
+		}
+		b.logger.Info("Burning CPU in the input-bound scenario's container", "container", g.container, "cores", b.cfg.CPUBurnCores, "pid", br.pid())
+		b.burners = append(b.burners, br)
+	}
+}
+
+func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
+	t := now.Sub(b.start).Seconds() * b.cfg.TimeScale
+	dt := max(t-b.lastT, 0)
+	b.lastT = t
+	names := map[string][2]string{}
+	s := &sample{time: now, gpus: make([]gpuSample, len(b.gpus))}
+	for i, g := range b.gpus {
+		gs := &s.gpus[i]
+		gs.info = g.info
+		st := g.step(t, dt)
+		b.fill(gs, g, st, names)
+	}
+	return s
+}
+
+func (b *simBackend) close() error {
+	var errs []error
+	for _, br := range b.burners {
+		errs = append(errs, br.stop())
+	}
+	b.burners = nil
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop CPU burners: %w", err)
+	}
+	return nil
+}
+
+// fill turns a GPU state into a sample the way the NVML backend would have
+// read it: only enabled fields, DCGM units, MiB truncated.
+func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState, names map[string][2]string) {
+	set := func(f fieldID, v float64) {
+		if b.fields.has(f) {
+			s.setValue(f, v)
+		}
+	}
+	total := float64(b.cfg.MemoryMiB)
+	used := float64(int64(st.memUsedMiB))
+	set(fSMClock, float64(int64(st.smClock)))
+	set(fMemClock, float64(int64(st.memClock)))
+	set(fGPUTemp, float64(int64(st.temp)))
+	set(fMemoryTemp, float64(int64(st.memTemp)))
+	set(fPowerUsage, float64(int64(st.power*1000))/1000)
+	set(fEnergy, float64(int64(g.energyMJ)))
+	set(fPCIeReplay, 0)
+	set(fGPUUtil, float64(int64(st.util)))
+	set(fMemCopyUtil, float64(int64(st.memCopyUtil)))
+	set(fEncUtil, 0)
+	set(fDecUtil, 0)
+	set(fXID, float64(g.lastXID))
+	set(fFBUsed, used)
+	set(fFBReserved, simReservedMiB)
+	set(fFBFree, total-simReservedMiB-used)
+	set(fFBTotal, total)
+	set(fNVLinkBandwidth, float64(int64(st.nvlinkMBs)))
+	set(fVGPULicense, 0)
+	set(fUncRemappedRows, 0)
+	set(fCorRemappedRows, 0)
+	set(fRowRemapFailure, 0)
+	set(fProfGrEngineActive, st.grActive)
+	set(fProfSMActive, st.smActive)
+	set(fProfSMOccupancy, st.smOccupancy)
+	set(fProfTensorActive, st.tensor)
+	set(fProfDRAMActive, st.dram)
+	set(fProfPCIeTxBytes, float64(int64(st.pcieTx)))
+	set(fProfPCIeRxBytes, float64(int64(st.pcieRx)))
+	set(fProfNVLinkTxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
+	set(fProfNVLinkRxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
+	set(fThermalViolation, float64(int64(g.thermalViolationNs)))
+	for _, f := range []fieldID{fPowerViolation, fSyncBoostViolation, fBoardLimitViolation, fLowUtilViolation, fReliabilityViolation,
+		fECCSBEVolTotal, fECCDBEVolTotal, fECCSBEAggTotal, fECCDBEAggTotal, fRetiredSBE, fRetiredDBE, fRetiredPending,
+		fNVLinkCRCFlitErrors, fNVLinkCRCDataErrors, fNVLinkReplayErrors, fNVLinkRecoveryErrors} {
+		set(f, 0)
+	}
+	set(fPCIeLinkGen, float64(st.pcieGen))
+	set(fPCIeLinkWidth, 16)
+	set(fPCIeLinkMaxGen, 5)
+	set(fPCIeLinkMaxWidth, 16)
+	set(fPCIeMaxBandwidth, pcieMaxBandwidth(5, 16))
+	set(fPCIeTxRate, float64(int64(st.pcieTx)))
+	set(fPCIeRxRate, float64(int64(st.pcieRx)))
+	if b.fields.has(fClockEvents) {
+		s.clockEvents = st.clockEvents
+		s.set.add(fClockEvents)
+	}
+	if g.xidCount > 0 {
+		s.xidCounts = []xidCount{{code: g.lastXID, count: g.xidCount}}
+	}
+	if b.fields.has(fContainerMemory) {
+		s.set.add(fContainerMemory)
+		s.set.add(fContainerSM)
+		if st.process && g.container != "" {
+			name, image := b.containerName(g.container, names)
+			s.containers = []containerUsage{{
+				id: g.container, name: name, image: image,
+				memoryBytes: used * bytesPerMiB, smPercent: float64(int64(st.util)), processes: 1,
+			}}
+		}
+	}
+}
+
+func (b *simBackend) containerName(id string, names map[string][2]string) (string, string) {
+	if b.lookup == nil {
+		return "", ""
+	}
+	if n, ok := names[id]; ok {
+		return n[0], n[1]
+	}
+	name, image, ok := b.lookup(id)
+	if !ok {
+		name, image = "", ""
+	}
+	names[id] = [2]string{name, image}
+	return name, image
+}
+
+// simGPU is one simulated GPU and the state it accumulates.
+type simGPU struct {
+	info      *gpuInfo
+	scenario  string
+	container string
+	memoryMiB float64
+	rng       *rand.Rand
+
+	energyMJ           float64
+	thermalViolationNs float64
+	lastXID            uint64
+	xidCount           uint64
+}
+
+// simBusIDs are the PCI addresses of the GPUs in a DGX H100.
+var simBusIDs = []string{"00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
+	"00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0"}
+
+func newSimGPU(i int, spec SimGPU, cfg SimConfig, hostname string, withHost bool) *simGPU {
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
+	// The UUID's first group spells "5171" (sim) so nobody mistakes it for a real GPU.
+	uuid := fmt.Sprintf("GPU-5171%04x-%04x-%04x-%04x-%012x", i, rng.Uint32()&0xffff, 0x4000|rng.Uint32()&0x0fff,
+		0x8000|rng.Uint32()&0x3fff, rng.Uint64()&0xffffffffffff)
+	busID := fmt.Sprintf("%08X:%02X:00.0", 1+i/256, i%256)
+	if i < len(simBusIDs) {
+		busID = simBusIDs[i]
+	}
+	return &simGPU{
+		info:      newGPUInfo(i, uuid, busID, cfg.Model, simDriverVersion, hostname, withHost),
+		scenario:  spec.Scenario,
+		container: spec.Container,
+		memoryMiB: float64(cfg.MemoryMiB),
+		rng:       rng,
+	}
+}
