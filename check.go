@@ -53,5 +53,6 @@ func builtinJobs(cfg *config.Config, address, instance string) scrape.Builtin {
 		Instance: instance,
 		Cadvisor: cfg.Cadvisor.Enabled,
 		GPU:      cfg.GPU.Backend != gpu.BackendNone,
+		Nodes:    cfg.Nodes,
 	}
 }

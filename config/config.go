@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 )
 
@@ -46,6 +47,9 @@ type Config struct {
 	Cadvisor cadvisor.Config
 	GPU      gpu.Config
 	Web      Web
+	// Nodes are the machines running `gpuscope agent` that the appliance
+	// scrapes (the node-* jobs).
+	Nodes scrape.Nodes
 
 	// File is the path the config came from; empty for the embedded default.
 	File string
@@ -67,6 +71,7 @@ type own struct {
 	Cadvisor cadvisor.Config `yaml:"cadvisor"`
 	GPU      gpu.Config      `yaml:"gpu"`
 	Web      Web             `yaml:"web"`
+	Nodes    scrape.Nodes    `yaml:"nodes"`
 }
 
 func defaultOwn() own {
@@ -74,6 +79,7 @@ func defaultOwn() own {
 		Cadvisor: cadvisor.DefaultConfig(),
 		GPU:      gpu.DefaultConfig(),
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
+		Nodes:    scrape.DefaultNodes(),
 	}
 }
 
@@ -90,6 +96,7 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	cfg.Prometheus.SetDirectory(filepath.Dir(path))
+	cfg.Nodes.SetDirectory(filepath.Dir(path))
 	return cfg, nil
 }
 
@@ -150,12 +157,16 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 	if err := o.GPU.Validate(); err != nil {
 		return nil, err
 	}
+	if err := o.Nodes.Validate(); err != nil {
+		return nil, err
+	}
 
 	return &Config{
 		Prometheus: promCfg,
 		Cadvisor:   o.Cadvisor,
 		GPU:        o.GPU,
 		Web:        o.Web,
+		Nodes:      o.Nodes,
 		File:       file,
 	}, nil
 }

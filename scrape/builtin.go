@@ -28,6 +28,9 @@ type Builtin struct {
 	Instance string
 	Cadvisor bool
 	GPU      bool
+	// Nodes are the other machines, each running `gpuscope agent`; they
+	// add the node-* jobs.
+	Nodes Nodes
 }
 
 // AddBuiltinJobs prepends the built-in jobs to cfg's scrape configs, with
@@ -46,10 +49,18 @@ func AddBuiltinJobs(cfg *promconfig.Config, b Builtin) error {
 	if b.GPU {
 		jobs = append(jobs, builtinJob(JobGPU, "/metrics/gpu", b))
 	}
+	jobs = append(jobs, nodeJobs(b.Nodes)...)
 	for _, user := range cfg.ScrapeConfigs {
 		for _, j := range jobs {
 			if user.JobName == j.JobName {
 				return fmt.Errorf("scrape_configs: job_name %q is reserved for gpuscope's built-in collector; choose another name", user.JobName)
+			}
+		}
+		// The node jobs' names are reserved even while no node is
+		// listed, so adding the first node never breaks a working config.
+		for _, ep := range nodeEndpoints {
+			if user.JobName == ep.job {
+				return fmt.Errorf("scrape_configs: job_name %q is reserved for the jobs of the nodes: section; choose another name", user.JobName)
 			}
 		}
 	}
