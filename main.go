@@ -44,6 +44,7 @@ func main() {
 
 	commands := []command{
 		serveCommand(app),
+		agentCommand(app),
 		checkConfigCommand(app),
 		versionCommand(app),
 	}

@@ -17,10 +17,11 @@ var statusTemplate = template.Must(template.New("status").Parse(`<!doctype html>
 <table>{{range .Lines}}<tr><td>{{.Name}}</td><td><code>{{.Value}}</code></td></tr>{{end}}</table>
 <h2>Endpoints</h2>
 <ul>
-<li><a href="api/v1/targets">/api/v1/targets</a>: scrape targets and their health</li>
+{{if .API}}<li><a href="api/v1/targets">/api/v1/targets</a>: scrape targets and their health</li>
 <li><a href="api/v1/rules">/api/v1/rules</a>, <a href="api/v1/alerts">/api/v1/alerts</a></li>
 <li><a href="api/v1/status/config">/api/v1/status/config</a>, <a href="api/v1/status/tsdb">/api/v1/status/tsdb</a>, <a href="api/v1/status/buildinfo">/api/v1/status/buildinfo</a></li>
-<li><a href="metrics">/metrics</a> (gpuscope itself), <a href="metrics/cadvisor">/metrics/cadvisor</a>, <a href="metrics/gpu">/metrics/gpu</a></li>
+<li><a href="federate?match[]=up">/federate?match[]=…</a>: federation for another Prometheus</li>
+{{end}}<li><a href="metrics">/metrics</a> (gpuscope itself), <a href="metrics/cadvisor">/metrics/cadvisor</a>, <a href="metrics/gpu">/metrics/gpu</a></li>
 </ul>
 </body></html>
 `))
@@ -28,8 +29,9 @@ var statusTemplate = template.Must(template.New("status").Parse(`<!doctype html>
 func (h *Handler) statusPage(c echo.Context) error {
 	data := struct {
 		Ready bool
+		API   bool // false for `gpuscope agent`, which serves only /metrics*
 		Lines []StatusLine
-	}{Ready: h.ready.Load()}
+	}{Ready: h.ready.Load(), API: h.opts.API != nil}
 	if h.opts.Status != nil {
 		data.Lines = h.opts.Status()
 	}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/version"
+
+	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/scrape/cadvisor"
+	"github.com/gpuscope/gpuscope/web"
+)
+
+// agentFlags are the serve flags that apply to an agent, with the same
+// names and meanings.
+type agentFlags struct {
+	configFile    string
+	listenAddress string
+	listenSet     bool
+	webConfigFile string
+	gpuBackend    string
+	demo          bool
+	nodeName      string
+}
+
+func agentCommand(app *kingpin.Application) command {
+	c := app.Command("agent", "Run only the collectors (cAdvisor at /metrics/cadvisor, GPUs at /metrics/gpu) for an appliance elsewhere to scrape: no TSDB, no scraping, no rules.")
+	f := &agentFlags{}
+	c.Flag("config.file", "gpuscope config file; the agent reads its cadvisor, gpu, web and global.scrape_interval settings. Empty: the embedded defaults.").StringVar(&f.configFile)
+	c.Flag("web.listen-address", "Address to listen on for /metrics, /metrics/cadvisor and /metrics/gpu. Default "+DefaultListenAddress+" or the config file's web.listen_address.").IsSetByUser(&f.listenSet).Default(DefaultListenAddress).StringVar(&f.listenAddress)
+	c.Flag("web.config.file", "exporter-toolkit web config file for TLS and basic auth.").Default("").StringVar(&f.webConfigFile)
+	c.Flag("gpu.backend", "GPU backend: auto, nvml, sim or none. Default: the config file's gpu.backend (auto).").EnumVar(&f.gpuBackend, gpu.BackendAuto, gpu.BackendNVML, gpu.BackendSim, gpu.BackendNone)
+	c.Flag("demo", "Run simulated GPUs with one scenario each, as serve --demo.").BoolVar(&f.demo)
+	c.Flag("node.name", "This node's name: the Hostname label of GPU series. Default: the host name.").Envar("NODE_NAME").StringVar(&f.nodeName)
+	return command{clause: c, run: func(logger *slog.Logger) error { return runAgent(f, logger) }}
+}
+
+// runAgent serves the collectors until SIGINT/SIGTERM.
+func runAgent(f *agentFlags, logger *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := newAgent(f, logger)
+	if err != nil {
+		return err
+	}
+	return a.run(ctx)
+}
+
+// agent is `gpuscope agent`: the collectors and the web handler, nothing
+// else. The appliance's node-* jobs scrape it.
+type agent struct {
+	logger   *slog.Logger
+	nodeName string
+	cfg      *config.Config
+	listener net.Listener
+	web      *web.Handler
+	cadvisor *cadvisor.Collector
+	gpu      *gpu.Collector
+}
+
+func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
+	a := &agent{logger: logger, nodeName: f.nodeName}
+	if a.nodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("read host name (set --node.name): %w", err)
+		}
+		a.nodeName = h
+	}
+
+	var err error
+	if f.configFile == "" {
+		a.cfg = config.Default(logger)
+	} else if a.cfg, err = config.LoadFile(f.configFile, logger); err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	if f.demo {
+		a.cfg.GPU = gpu.DemoConfig()
+	}
+	if f.gpuBackend != "" {
+		a.cfg.GPU.Backend = f.gpuBackend
+	}
+	if !f.listenSet && a.cfg.Web.ListenAddress != "" {
+		f.listenAddress = a.cfg.Web.ListenAddress
+	}
+
+	if a.listener, err = web.Listen(f.listenAddress); err != nil {
+		return nil, err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("gpuscope"),
+	)
+
+	// Every endpoint is served even with its collector off, empty, so the
+	// appliance's node-* targets of this node are all up and TargetDown
+	// means the node, not a choice made in its config.
+	cadvisorHandler := emptyMetrics()
+	if a.cfg.Cadvisor.Enabled {
+		a.cadvisor, err = cadvisor.New(cadvisor.Options{
+			Config:   a.cfg.Cadvisor,
+			Interval: a.cfg.ScrapeInterval(),
+			Logger:   logger.With("component", "cadvisor"),
+		})
+		if err != nil {
+			a.listener.Close()
+			return nil, err
+		}
+		cadvisorHandler = a.cadvisor.Handler()
+	}
+	gpuHandler := emptyMetrics()
+	if a.cfg.GPU.Backend != gpu.BackendNone {
+		var lookup func(string) (string, string, bool)
+		if a.cadvisor != nil {
+			lookup = a.cadvisor.Lookup
+		}
+		a.gpu, err = gpu.New(gpu.Options{
+			Config:          a.cfg.GPU,
+			Interval:        a.cfg.GPUInterval(),
+			Hostname:        a.nodeName,
+			Logger:          logger.With("component", "gpu"),
+			ContainerLookup: lookup,
+		})
+		if err != nil {
+			a.listener.Close()
+			return nil, err
+		}
+		gpuReg := prometheus.NewRegistry()
+		gpuReg.MustRegister(a.gpu)
+		gpuHandler = promhttp.HandlerFor(gpuReg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	}
+
+	a.web = web.New(web.Options{
+		Logger:        logger.With("component", "web"),
+		ListenAddress: f.listenAddress,
+		WebConfigFile: f.webConfigFile,
+		// The agent takes no request bodies.
+		MaxRequestBodyBytes: 1 << 20,
+		Gatherer:            reg,
+		Registerer:          reg,
+		API:                 nil,
+		Status:              a.statusLines,
+	})
+	a.web.MountMetrics("/metrics/cadvisor", cadvisorHandler)
+	a.web.MountMetrics("/metrics/gpu", gpuHandler)
+	return a, nil
+}
+
+// emptyMetrics serves a valid, empty exposition.
+func emptyMetrics() http.Handler {
+	return promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
+}
+
+func (a *agent) run(ctx context.Context) (err error) {
+	var group stages
+	defer func() {
+		if stopErr := group.stopAll(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	failed := make(chan error, 4)
+	fail := func(name string) func(error) {
+		return func(err error) {
+			if err != nil {
+				failed <- fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	group.start("web", a.web.Run, fail("web"), a.listener)
+	if a.cadvisor != nil {
+		group.start("cadvisor", func(ctx context.Context, _ net.Listener) error { return a.cadvisor.Run(ctx) }, fail("cadvisor"), nil)
+	}
+	if a.gpu != nil {
+		group.start("gpu", func(ctx context.Context, _ net.Listener) error { return a.gpu.Run(ctx) }, fail("gpu"), nil)
+	}
+	a.web.SetReady(true)
+	a.logger.Info("gpuscope agent is ready; list it in the appliance's nodes: section",
+		"listen", a.listener.Addr().String(), "node", a.nodeName,
+		"cadvisor", a.cadvisor != nil, "gpu_backend", a.cfg.GPU.Backend)
+
+	// SIGHUP would end a Go program; an agent reloads nothing (its
+	// settings take effect at start), so it says so and goes on.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			a.logger.Info("Received shutdown signal, stopping")
+			a.web.SetReady(false)
+			return nil
+		case err := <-failed:
+			a.web.SetReady(false)
+			return err
+		case <-hup:
+			a.logger.Warn("The agent reloads nothing; restart it to apply config changes")
+		}
+	}
+}
+
+func (a *agent) statusLines() []web.StatusLine {
+	file := a.cfg.File
+	if file == "" {
+		file = "(embedded defaults)"
+	}
+	return []web.StatusLine{
+		{Name: "Version", Value: version.Version},
+		{Name: "Mode", Value: "agent (collectors only; scraped by an appliance's nodes: section)"},
+		{Name: "Node", Value: a.nodeName},
+		{Name: "Config file", Value: file},
+		{Name: "GPU backend", Value: a.cfg.GPU.Backend},
+	}
+}
