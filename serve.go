@@ -29,7 +29,10 @@ import (
 	"github.com/prometheus/common/version"
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
+	promscrape "github.com/prometheus/prometheus/scrape"
+	promstorage "github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/fileutil"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
@@ -67,6 +70,10 @@ type serveFlags struct {
 	gpuBackend      string
 	demo            bool
 	flagValues      func() map[string]string
+
+	remoteFlushDeadline       model.Duration
+	enableRemoteWriteReceiver bool
+	enableOTLPReceiver        bool
 }
 
 func serveCommand(app *kingpin.Application) command {
@@ -84,6 +91,9 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("web.enable-admin-api", "Enable the admin API (delete series, snapshots).").BoolVar(&f.enableAdmin)
 	c.Flag("web.enable-lifecycle", "Enable /-/reload and /-/quit.").BoolVar(&f.enableLifecycle)
 	c.Flag("web.max-request-body-size", "Largest request body accepted by any endpoint.").Default("32MB").BytesVar(&f.maxBodyBytes)
+	c.Flag("web.enable-remote-write-receiver", "Accept Prometheus remote-write pushes at /api/v1/write.").BoolVar(&f.enableRemoteWriteReceiver)
+	c.Flag("web.enable-otlp-receiver", "Accept OTLP metrics pushes at /api/v1/otlp/v1/metrics.").BoolVar(&f.enableOTLPReceiver)
+	c.Flag("storage.remote.flush-deadline", "How long to wait flushing remote-write samples on shutdown or config reload.").Default("1m").SetValue(&f.remoteFlushDeadline)
 	c.Flag("query.timeout", "Maximum time a query may take before it is aborted.").Default("2m").SetValue(&f.queryTimeout)
 	c.Flag("query.max-samples", "Maximum number of samples a single query can load into memory.").Default("50000000").IntVar(&f.maxSamples)
 	c.Flag("query.max-concurrency", "Maximum number of queries executed concurrently.").Default("20").IntVar(&f.maxConcurrency)
@@ -126,6 +136,8 @@ type appliance struct {
 	selfAddr string
 	web      *web.Handler
 	ready    *storage.Ready
+	remote   *storage.Remote
+	fanout   promstorage.Storage // TSDB + remote storage: scrape, rule and push appends, queries
 	engine   *query.Engine
 	scraper  *scrape.Scraper
 	cadvisor *cadvisor.Collector
@@ -246,6 +258,20 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		return nil, err
 	}
 	a.ready = storage.NewReady()
+	a.remote = storage.NewRemote(storage.RemoteOptions{
+		Logger:        logger.With("component", "remote"),
+		Registerer:    a.registry,
+		Local:         a.ready,
+		Dir:           f.dataDir,
+		FlushDeadline: time.Duration(f.remoteFlushDeadline),
+		ScrapeManager: func() *promscrape.Manager {
+			if a.scraper == nil {
+				return nil
+			}
+			return a.scraper.Manager()
+		},
+	})
+	a.fanout = storage.NewFanout(logger, a.ready, a.remote)
 	sdMetrics, err := discovery.CreateAndRegisterSDMetrics(a.registry)
 	if err != nil {
 		a.close()
@@ -255,7 +281,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		Logger:      logger,
 		Registerer:  a.registry,
 		SDMetrics:   sdMetrics,
-		Appendable:  a.ready,
+		Appendable:  a.fanout,
 		SelfAddress: a.selfAddr,
 		SelfDial:    func(ctx context.Context) (net.Conn, error) { return a.web.SelfDial(ctx) },
 	})
@@ -276,7 +302,8 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		Registerer:          a.registry,
 		API: &web.APIOptions{
 			QueryEngine:   a.engine,
-			Queryable:     a.ready,
+			Queryable:     a.fanout,
+			Appendable:    a.fanout,
 			Exemplars:     a.ready,
 			TSDB:          a.ready,
 			TSDBDir:       f.dataDir,
@@ -292,12 +319,23 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 				BuildDate: version.BuildDate,
 				GoVersion: version.GoVersion,
 			},
-			EnableAdmin:   f.enableAdmin,
-			LookbackDelta: time.Duration(f.lookbackDelta),
-			QueryTimeout:  time.Duration(f.queryTimeout),
-			Parser:        promqlParser,
+			EnableAdmin:               f.enableAdmin,
+			EnableRemoteWriteReceiver: f.enableRemoteWriteReceiver,
+			EnableOTLPReceiver:        f.enableOTLPReceiver,
+			LookbackDelta:             time.Duration(f.lookbackDelta),
+			QueryTimeout:              time.Duration(f.queryTimeout),
+			Parser:                    promqlParser,
 		},
 		Status: a.statusLines,
+	})
+	a.web.MountFederation(web.FederationOptions{
+		Queryable:     a.ready,
+		LookbackDelta: time.Duration(f.lookbackDelta),
+		ExternalLabels: func() labels.Labels {
+			return a.config.Load().Prometheus.GlobalConfig.ExternalLabels
+		},
+		Parser:     promqlParser,
+		Registerer: a.registry,
 	})
 	if a.cadvisor != nil {
 		a.web.MountMetrics("/metrics/cadvisor", a.cadvisor.Handler())
@@ -315,6 +353,9 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 // data directory lock and the listener (if the server never took it).
 func (a *appliance) close() error {
 	var errs []error
+	if a.remote != nil {
+		errs = append(errs, a.remote.Close())
+	}
 	if a.engine != nil {
 		errs = append(errs, a.engine.Close())
 	}
@@ -415,6 +456,11 @@ func (a *appliance) run(ctx context.Context) (err error) {
 		}
 		return nil
 	})
+	// As Prometheus: the remote-write queues tail the WAL and are woken
+	// on every commit; they stop (flushing for up to the flush deadline)
+	// after scraping and before the TSDB closes.
+	db.SetWriteNotified(a.remote)
+	group.onStop("remote_storage", a.remote.Close)
 	a.ready.Set(db)
 	logger.Info("TSDB open", "duration", time.Since(start).Round(time.Millisecond))
 
@@ -482,6 +528,7 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 		apply func(*promconfig.Config) error
 	}{
 		{"tsdb", func(c *promconfig.Config) error { return a.ready.Get().ApplyConfig(c) }},
+		{"remote_storage", a.remote.ApplyConfig},
 		{"query_engine", func(c *promconfig.Config) error {
 			a.engine.SetEvaluationInterval(time.Duration(c.GlobalConfig.EvaluationInterval))
 			return nil

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"time"
 
+	remoteapi "github.com/prometheus/client_golang/exp/api/remote"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/route"
 	promconfig "github.com/prometheus/prometheus/config"
@@ -98,7 +99,9 @@ func newAPI(o APIOptions, listenAddress string, externalURL *url.URL, cors *rege
 		registerer,
 		nil, // statsRenderer: Prometheus's default
 		o.EnableRemoteWriteReceiver,
-		nil, // accepted remote-write messages: the API's defaults (v1 and v2)
+		// Remote-write messages accepted: v1 and v2, Prometheus's flag
+		// default (nil would refuse every message with 415).
+		remoteapi.MessageTypes{remoteapi.WriteV1MessageType, remoteapi.WriteV2MessageType},
 		o.EnableOTLPReceiver,
 		false, // otlpDeltaToCumulative
 		false, // otlpNativeDeltaIngestion
