@@ -1,0 +1,504 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/golang/snappy"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
+	"github.com/prometheus/prometheus/prompb"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+)
+
+// agentConfig is what the test agents run: the appliance scrapes them
+// every second, so cAdvisor's housekeeping runs every second too, and two
+// simulated GPUs each keep the load down on a small CI machine.
+const agentConfig = `
+global:
+  scrape_interval: 1s
+gpu:
+  sim:
+    count: 2
+`
+
+// startAgent runs `gpuscope agent` with simulated GPUs on a free loopback
+// port and waits until it is ready.
+func startAgent(t *testing.T, name, cfg string) *process {
+	t.Helper()
+	port := freePort(t)
+	p := start(t, "agent",
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
+		"--config.file="+cfg,
+		"--gpu.backend=sim",
+		"--node.name="+name,
+	)
+	p.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+	p.waitReady(60 * time.Second)
+	return p
+}
+
+func (p *process) addr() string { return strings.TrimPrefix(p.URL, "http://") }
+
+// vectorByLabel runs q and maps each result's label l to its value.
+func (p *process) vectorByLabel(q string, l model.LabelName) (map[string]float64, error) {
+	v, err := p.instant(q)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]float64{}
+	for _, s := range v {
+		m[string(s.Metric[l])] = float64(s.Value)
+	}
+	return m, nil
+}
+
+// TestClusterAgents: three agents, two listed in the config and one added
+// to the file_sd file while the appliance runs, each seen with its own
+// instance; a node that does not resolve is a down target with the
+// reason; a stopped agent's targets go down.
+func TestClusterAgents(t *testing.T) {
+	dir := t.TempDir()
+	acfg := writeConfig(t, t.TempDir(), agentConfig)
+	a := startAgent(t, "node-a", acfg)
+	b := startAgent(t, "node-b", acfg)
+	c := startAgent(t, "node-c", acfg)
+
+	sdFile := filepath.Join(dir, "nodes.json")
+	require.NoError(t, os.WriteFile(sdFile, []byte(`[]`), 0o644))
+	cfg := writeConfig(t, dir, fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+cadvisor: {enabled: false}
+gpu: {backend: none}
+nodes:
+  static:
+    - {address: %s, name: node-a, labels: {rack: r1}}
+    - {address: %s, name: node-b}
+    - nosuch-node.invalid:9089
+  files: [nodes.json]
+  refresh_interval: 1s
+`, a.addr(), b.addr()))
+	p := serve(t, "", "--config.file="+cfg)
+
+	// node-c joins through the file, without a reload.
+	require.NoError(t, os.WriteFile(sdFile, []byte(fmt.Sprintf(`[{"targets": [%q], "labels": {"instance": "node-c"}}]`, c.addr())), 0o644))
+
+	nodes := []string{"node-a", "node-b", "node-c"}
+	eventually(t, 60*time.Second, "every node's GPUs, containers and targets, by instance", func() error {
+		gpus, err := p.vectorByLabel(`count by (instance) (DCGM_FI_DEV_GPU_UTIL{job="node-gpu"})`, "instance")
+		if err != nil {
+			return err
+		}
+		containers, err := p.vectorByLabel(`count by (instance) (container_cpu_usage_seconds_total{job="node-cadvisor"})`, "instance")
+		if err != nil {
+			return err
+		}
+		up, err := p.vectorByLabel(`sum by (instance) (up{job=~"node-.*"})`, "instance")
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if gpus[n] != 2 {
+				return fmt.Errorf("%s: %v GPU series, want 2 (all: %v)", n, gpus[n], gpus)
+			}
+			if containers[n] < 1 {
+				return fmt.Errorf("%s: no container series (all: %v)", n, containers)
+			}
+			if up[n] != 3 {
+				return fmt.Errorf("%s: %v of 3 targets up (all: %v)", n, up[n], up)
+			}
+		}
+		if v, ok := up["nosuch-node.invalid"]; !ok || v != 0 {
+			return fmt.Errorf("the unresolvable node's targets: up sum %v (present %v), want 0", v, ok)
+		}
+		return nil
+	})
+
+	// GPU series carry the agent's own host name too, and the node's labels.
+	v, err := p.instant(`DCGM_FI_DEV_GPU_UTIL{instance="node-a"}`)
+	require.NoError(t, err)
+	for _, s := range v {
+		require.Equal(t, model.LabelValue("node-a"), s.Metric["Hostname"])
+		require.Equal(t, model.LabelValue("r1"), s.Metric["rack"])
+	}
+
+	// The unresolvable node is a down target that says why.
+	code, body := p.get("/api/v1/targets?state=active")
+	require.Equal(t, 200, code)
+	var targets struct {
+		Data struct {
+			ActiveTargets []struct {
+				Labels    map[string]string
+				Health    string
+				LastError string
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &targets))
+	down := 0
+	for _, tg := range targets.Data.ActiveTargets {
+		if tg.Labels["instance"] == "nosuch-node.invalid" {
+			down++
+			require.Equal(t, "down", tg.Health)
+			require.Contains(t, tg.LastError, "no such host")
+		}
+	}
+	require.Equal(t, 3, down, "three down targets for the unresolvable node")
+
+	// Receivers are off by default.
+	code, body = p.post("/api/v1/write", "")
+	require.Equal(t, 404, code)
+	require.Contains(t, body, "--web.enable-remote-write-receiver")
+	code, body = p.post("/api/v1/otlp/v1/metrics", "")
+	require.Equal(t, 404, code)
+	require.Contains(t, body, "--web.enable-otlp-receiver")
+
+	// Stop node-b's agent: its targets go down, the others stay up.
+	b.signal(syscall.SIGTERM)
+	require.Equal(t, 0, b.wait(30*time.Second), "agent exit code after SIGTERM")
+	eventually(t, 30*time.Second, "node-b's targets down", func() error {
+		up, err := p.vectorByLabel(`sum by (instance) (up{job=~"node-.*"})`, "instance")
+		if err != nil {
+			return err
+		}
+		if up["node-b"] != 0 || up["node-a"] != 3 || up["node-c"] != 3 {
+			return fmt.Errorf("up by node: %v", up)
+		}
+		return nil
+	})
+	// The built-in rule pack's TargetDown (for: 5m) goes pending at once;
+	// firing needs five minutes, longer than this test runs.
+	if _, rules := p.get("/api/v1/rules?rule_name[]=TargetDown"); !strings.Contains(rules, `"TargetDown"`) {
+		t.Log("no TargetDown rule loaded: checked up == 0 only")
+		return
+	}
+	eventually(t, 30*time.Second, "TargetDown pending for node-b", func() error {
+		v, err := p.instant(`ALERTS{alertname="TargetDown",instance="node-b"}`)
+		if err != nil {
+			return err
+		}
+		if len(v) != 3 {
+			return fmt.Errorf("ALERTS for node-b: %v", v)
+		}
+		return nil
+	})
+}
+
+// TestClusterRemoteWrite: everything the sender stores reaches a second
+// appliance through remote write; while the receiver is down for 60 s the
+// sender's queue holds the samples (they stay in its WAL), and once the
+// receiver is back every series has every sample. A second remote_write
+// entry points at a port that refuses: the sender keeps running and
+// reports the retries.
+func TestClusterRemoteWrite(t *testing.T) {
+	recvDir := t.TempDir()
+	recvPort := freePort(t)
+	recvCfg := writeConfig(t, t.TempDir(), fastConfig+"cadvisor: {enabled: false}\ngpu: {backend: none}\n")
+	startReceiver := func() *process {
+		r := start(t, "serve",
+			"--web.listen-address=127.0.0.1:"+strconv.Itoa(recvPort),
+			"--storage.tsdb.path="+recvDir,
+			"--config.file="+recvCfg,
+			"--node.name=receiver",
+			"--web.enable-remote-write-receiver",
+		)
+		r.URL = "http://127.0.0.1:" + strconv.Itoa(recvPort)
+		r.waitReady(60 * time.Second)
+		return r
+	}
+	recv := startReceiver()
+
+	refused := freePort(t) // nothing listens there
+	sendCfg := writeConfig(t, t.TempDir(), fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+  external_labels: {sender: a}
+cadvisor: {enabled: false}
+gpu:
+  backend: sim
+  sim: {count: 2}
+remote_write:
+  - name: receiver
+    url: %s/api/v1/write
+    queue_config: {batch_send_deadline: 1s, max_backoff: 2s}
+  - name: refused
+    url: http://127.0.0.1:%d/api/v1/write
+    queue_config: {max_backoff: 1s}
+`, recv.URL, refused))
+	send := serve(t, "", "--config.file="+sendCfg)
+
+	// Wait until the receiver has the sender's data, then open the window.
+	eventually(t, 60*time.Second, "sender's series at the receiver", func() error {
+		v, err := recv.instant(`up{sender="a",job="gpu"}`)
+		if err == nil && len(v) != 1 {
+			err = fmt.Errorf("up{sender=a,job=gpu} = %v", v)
+		}
+		return err
+	})
+	windowStart := time.Now()
+	time.Sleep(5 * time.Second)
+
+	recv.signal(syscall.SIGTERM)
+	require.Equal(t, 0, recv.wait(30*time.Second))
+	outage := 60 * time.Second
+	time.Sleep(outage)
+
+	// The refusing endpoint never stopped the sender.
+	code, _ := send.get("/-/ready")
+	require.Equal(t, 200, code)
+	v, err := send.instant(`prometheus_remote_storage_samples_retried_total{remote_name="refused"} > 0`)
+	require.NoError(t, err)
+	require.Len(t, v, 1, "retries to the refusing endpoint are counted")
+	require.Contains(t, send.out.String(), "connection refused")
+	// Nothing was sent during the outage: the samples wait in the queue
+	// and the WAL.
+	v, err = send.instant(`time() - prometheus_remote_storage_queue_highest_sent_timestamp_seconds{remote_name="receiver"} > 45`)
+	require.NoError(t, err)
+	require.Len(t, v, 1, "the receiver's queue is behind by the outage")
+
+	recv = startReceiver()
+	time.Sleep(5 * time.Second)
+	windowEnd := time.Now()
+
+	// Per series, the number of samples in the window must match: none lost
+	// while the receiver was down, every series present.
+	window := windowEnd.Sub(windowStart).Round(time.Second)
+	sel := fmt.Sprintf(`{__name__=~".+",job=~"gpu|gpuscope"}[%ds]`, int(window.Seconds()))
+	counts := func(p *process, query string) (map[string]int, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, _, _, err := p.api().Query(ctx, query, windowEnd)
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]int{}
+		for _, s := range res.(model.Matrix) {
+			delete(s.Metric, "sender")
+			m[s.Metric.String()] = len(s.Values)
+		}
+		return m, nil
+	}
+	sent, err := counts(send, sel)
+	require.NoError(t, err)
+	require.Greater(t, len(sent), 50, "the sender has the gpu and gpuscope jobs' series")
+	upKey := model.Metric{"__name__": "up", "instance": "e2e-node", "job": "gpuscope"}.String()
+	require.GreaterOrEqual(t, sent[upKey], int(window.Seconds())-5, "the window holds a sample a second, outage included")
+	eventually(t, 90*time.Second, "every series with every sample at the receiver", func() error {
+		got, err := counts(recv, strings.Replace(sel, "{", `{sender="a",`, 1))
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for k, n := range sent {
+			if got[k] != n {
+				missing = append(missing, fmt.Sprintf("%s: %d of %d", k, got[k], n))
+			}
+		}
+		if len(missing) > 0 {
+			sort.Strings(missing)
+			return fmt.Errorf("%d of %d series incomplete, e.g. %v", len(missing), len(sent), missing[:min(3, len(missing))])
+		}
+		return nil
+	})
+	t.Logf("%d series over %s, %s of it with the receiver down: identical sample counts", len(sent), window, outage)
+}
+
+// TestClusterFederationAndPush: remote-write and OTLP pushes are
+// queryable, and /federate agrees with instant queries, in text (read with
+// Prometheus's own scrape parser) and protobuf.
+func TestClusterFederationAndPush(t *testing.T) {
+	cfg := writeConfig(t, t.TempDir(), fastConfig+`
+  external_labels: {cluster: lab}
+cadvisor: {enabled: false}
+gpu: {backend: none}
+`)
+	p := serve(t, "", "--config.file="+cfg, "--web.enable-remote-write-receiver", "--web.enable-otlp-receiver")
+
+	// A remote-write push, as Grafana-managed recording rules or another
+	// Prometheus send it: v1 protobuf, snappy.
+	ts := time.Now().Add(-30 * time.Second).Truncate(time.Second)
+	wr := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+		{
+			Labels:  []prompb.Label{{Name: "__name__", Value: "pushed_gpu_hours"}, {Name: "team", Value: "vision"}},
+			Samples: []prompb.Sample{{Value: 12.5, Timestamp: ts.UnixMilli()}},
+		},
+		{
+			Labels:  []prompb.Label{{Name: "__name__", Value: "pushed_gpu_hours"}, {Name: "team", Value: "nlp"}},
+			Samples: []prompb.Sample{{Value: 3, Timestamp: ts.UnixMilli()}},
+		},
+	}}
+	raw, err := wr.Marshal()
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, p.URL+"/api/v1/write", bytes.NewReader(snappy.Encode(nil, raw)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set("Content-Encoding", "snappy")
+	req.Header.Set("X-Prometheus-Remote-Write-Version", "0.1.0")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode, string(b))
+
+	v, err := p.instant(`pushed_gpu_hours{team="vision"}`)
+	require.NoError(t, err)
+	require.Len(t, v, 1)
+	require.Equal(t, model.SampleValue(12.5), v[0].Value)
+
+	// An OTLP push, as a training job instrumented with OpenTelemetry
+	// sends it.
+	md := pmetric.NewMetrics()
+	rm := md.ResourceMetrics().AppendEmpty()
+	rm.Resource().Attributes().PutStr("service.name", "trainer")
+	rm.Resource().Attributes().PutStr("service.instance.id", "job-42")
+	m := rm.ScopeMetrics().AppendEmpty().Metrics().AppendEmpty()
+	m.SetName("train.loss")
+	g := m.SetEmptyGauge().DataPoints().AppendEmpty()
+	g.SetDoubleValue(0.25)
+	g.SetTimestamp(pcommon.NewTimestampFromTime(time.Now().Add(-time.Second)))
+	g.Attributes().PutStr("model", "resnet")
+	body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+	require.NoError(t, err)
+	resp, err = http.Post(p.URL+"/api/v1/otlp/v1/metrics", "application/x-protobuf", bytes.NewReader(body))
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	v, err = p.instant(`train_loss{model="resnet"}`)
+	require.NoError(t, err)
+	require.Len(t, v, 1, "OTLP gauge train.loss as train_loss")
+	require.Equal(t, model.SampleValue(0.25), v[0].Value)
+	require.Equal(t, model.LabelValue("trainer"), v[0].Metric["job"], "service.name becomes job")
+	require.Equal(t, model.LabelValue("job-42"), v[0].Metric["instance"], "service.instance.id becomes instance")
+
+	// Federation: the pushed series (fixed in time, so the comparison is
+	// exact) and up (constant 1).
+	eventually(t, 30*time.Second, "built-in gpuscope job scraped", func() error {
+		v, err := p.instant(`up{job="gpuscope"}`)
+		if err == nil && len(v) != 1 {
+			err = fmt.Errorf("up = %v", v)
+		}
+		return err
+	})
+	match := []string{`pushed_gpu_hours`, `up`, `train_loss`}
+	q := "?"
+	for _, m := range match {
+		q += "match[]=" + m + "&"
+	}
+	at := time.Now()
+	code, text := p.get("/federate" + q)
+	require.Equal(t, 200, code, text)
+	fed := parseFederation(t, []byte(text), "text/plain; version=0.0.4")
+
+	want := map[string]float64{}
+	for _, m := range match {
+		v, _, _, err := p.api().Query(context.Background(), m, at)
+		require.NoError(t, err)
+		for _, s := range v.(model.Vector) {
+			ls := s.Metric.Clone()
+			if _, ok := ls["cluster"]; !ok {
+				ls["cluster"] = "lab"
+			}
+			want[ls.String()] = float64(s.Value)
+		}
+	}
+	require.Equal(t, want, fed.values, "federation = instant queries, with external_labels")
+	require.Equal(t, ts.UnixMilli(), fed.timestamps[model.Metric{"__name__": "pushed_gpu_hours", "cluster": "lab", "team": "vision"}.String()], "a federated sample keeps its timestamp")
+
+	// The same through protobuf negotiation, as a Prometheus scraper asks.
+	req, err = http.NewRequest(http.MethodGet, p.URL+"/federate"+q, nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.6,text/plain;version=0.0.4;q=0.3")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "application/vnd.google.protobuf")
+	pb := parseFederation(t, b, resp.Header.Get("Content-Type"))
+	require.Equal(t, fed.values, pb.values, "protobuf and text federation agree")
+
+	code, body2 := p.get("/federate?match[]=" + "up%7B")
+	require.Equal(t, 400, code, "a bad selector is 400: %s", body2)
+}
+
+type federated struct {
+	values     map[string]float64
+	timestamps map[string]int64
+}
+
+// parseFederation reads a /federate body with Prometheus's own scrape
+// parser for its content type.
+func parseFederation(t *testing.T, body []byte, contentType string) federated {
+	t.Helper()
+	parser, err := textparse.New(body, contentType, labels.NewSymbolTable(), textparse.ParserOptions{})
+	require.NoError(t, err)
+	f := federated{values: map[string]float64{}, timestamps: map[string]int64{}}
+	for {
+		e, err := parser.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		if e != textparse.EntrySeries {
+			continue
+		}
+		_, tsp, val := parser.Series()
+		var ls labels.Labels
+		parser.Labels(&ls)
+		m := model.Metric{}
+		ls.Range(func(l labels.Label) {
+			if l.Value != "" { // federation adds instance="" to series without one
+				m[model.LabelName(l.Name)] = model.LabelValue(l.Value)
+			}
+		})
+		require.False(t, math.IsNaN(val), "no stale markers federated")
+		f.values[m.String()] = val
+		if tsp != nil {
+			f.timestamps[m.String()] = *tsp
+		}
+	}
+	return f
+}
+
+// TestClusterBadNodeConfig: a node without a port is a config error that
+// names the file and line, at check and at start, never a crash.
+func TestClusterBadNodeConfig(t *testing.T) {
+	bad := writeConfig(t, t.TempDir(), "global:\n  scrape_interval: 1s\nnodes:\n  static:\n    - gpu-01:9089\n    - gpu-02\n")
+	out, code := run(t, "check", "config", bad)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, bad)
+	require.Contains(t, out, "line 6")
+	require.Contains(t, out, `"gpu-02" has no port`)
+
+	q := start(t, "serve", "--web.listen-address=127.0.0.1:"+strconv.Itoa(freePort(t)), "--storage.tsdb.path="+t.TempDir(), "--config.file="+bad)
+	require.Equal(t, 1, q.wait(30*time.Second))
+	require.Contains(t, q.out.String(), "line 6")
+	require.NotContains(t, q.out.String(), "panic")
+
+	// The agent takes the same file (it reads no nodes section, but the
+	// file must still be valid).
+	q = start(t, "agent", "--web.listen-address=127.0.0.1:"+strconv.Itoa(freePort(t)), "--config.file="+bad)
+	require.Equal(t, 1, q.wait(30*time.Second))
+	require.Contains(t, q.out.String(), "has no port")
+}
