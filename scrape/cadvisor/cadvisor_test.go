@@ -1,0 +1,140 @@
+package cadvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/cadvisor/lib/container"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func TestMetricSet(t *testing.T) {
+	set, err := DefaultConfig().MetricSet()
+	require.NoError(t, err)
+	for _, off := range DefaultDisabledMetrics {
+		require.False(t, set.Has(off), "%s is off by default", off)
+	}
+	for _, on := range []container.MetricKind{container.CpuUsageMetrics, container.MemoryUsageMetrics, container.NetworkUsageMetrics, container.DiskIOMetrics} {
+		require.True(t, set.Has(on), "%s is on by default", on)
+	}
+
+	set, err = Config{EnableMetrics: []string{"tcp", "percpu"}, DisableMetrics: []string{"network"}}.MetricSet()
+	require.NoError(t, err)
+	require.True(t, set.Has(container.NetworkTcpUsageMetrics))
+	require.True(t, set.Has(container.PerCpuUsageMetrics))
+	require.False(t, set.Has(container.NetworkUsageMetrics))
+
+	_, err = Config{EnableMetrics: []string{"gpu"}}.MetricSet()
+	require.ErrorContains(t, err, `cadvisor.enable_metrics: unknown metric set "gpu"`)
+	_, err = Config{DisableMetrics: []string{"cpus"}}.MetricSet()
+	require.ErrorContains(t, err, `cadvisor.disable_metrics: unknown metric set "cpus"`)
+}
+
+// TestCollectorSeesANewCgroup runs the real cAdvisor manager against this
+// machine's cgroups: a cgroup created after start is discovered and its CPU
+// usage exported with cAdvisor's names and labels.
+func TestCollectorSeesANewCgroup(t *testing.T) {
+	name := fmt.Sprintf("gpuscope-cadvisor-test-%d", time.Now().UnixNano()%1e6)
+	dirs := makeCgroup(t, name)
+	// cAdvisor leaves out the CPU series of a cgroup that has used no CPU;
+	// give it a process that does a little work, then sleeps.
+	proc := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec sleep 60")
+	require.NoError(t, proc.Start())
+	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	for _, d := range dirs {
+		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0o644))
+	}
+
+	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	id := "/" + name
+	require.Eventually(t, func() bool {
+		mfs, err := c.Gatherer().Gather()
+		if err != nil {
+			return false
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "container_cpu_usage_seconds_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["id"] == id {
+					require.Equal(t, "total", labels["cpu"], "percpu is off: one series per container")
+					return true
+				}
+			}
+		}
+		return false
+	}, 20*time.Second, 100*time.Millisecond, "container %s in /metrics/cadvisor", id)
+
+	_, _, ok := c.Lookup(id)
+	require.True(t, ok, "Lookup knows the cgroup")
+	_, _, ok = c.Lookup("/no-such-cgroup")
+	require.False(t, ok)
+}
+
+func TestNewRejectsZeroInterval(t *testing.T) {
+	_, err := New(Options{Config: DefaultConfig()})
+	require.ErrorContains(t, err, "housekeeping interval must be positive")
+}
+
+// makeCgroup creates name in the cpu, cpuacct and memory hierarchies (v1) or the
+// unified one (v2), skipping where the kernel refuses (not root).
+func makeCgroup(t *testing.T, name string) []string {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
+		t.Skipf("no cgroup filesystem: %v", err)
+	}
+	bases := []string{"/sys/fs/cgroup"}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		bases = nil
+		// cAdvisor reads a v1 container's stats from every hierarchy a
+		// runtime creates it in; one missing from memory has no stats.
+		for _, c := range []string{"cpu", "cpuacct", "memory"} {
+			if p, err := filepath.EvalSymlinks(filepath.Join("/sys/fs/cgroup", c)); err == nil && !slices.Contains(bases, p) {
+				bases = append(bases, p)
+			}
+		}
+	}
+	var dirs []string
+	for _, b := range bases {
+		d := filepath.Join(b, name)
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			t.Skipf("kernel refused to create cgroup %s (tests need root): %v", d, err)
+		}
+		dirs = append(dirs, d)
+	}
+	t.Cleanup(func() {
+		for _, d := range dirs {
+			// The kernel refuses while the killed process is still exiting.
+			for i := 0; i < 50 && os.Remove(d) != nil && !errors.Is(statErr(d), os.ErrNotExist); i++ {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	})
+	return dirs
+}
+
+func statErr(p string) error { _, err := os.Stat(p); return err }
