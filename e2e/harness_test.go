@@ -106,11 +106,18 @@ func start(t *testing.T, args ...string) *process {
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
+		// SIGTERM first, so gpuscope removes what it created (the sim's
+		// CPU-burner cgroups); SIGKILL if it does not stop in time.
 		select {
 		case <-p.exited:
 		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(30 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+			}
 		}
 		if t.Failed() {
 			t.Logf("gpuscope %v output:\n%s", args, p.out.String())
