@@ -37,6 +37,7 @@ import (
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/dashboards"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
@@ -337,6 +338,12 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		Parser:     promqlParser,
 		Registerer: a.registry,
 	})
+	boards, err := dashboards.Build()
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	a.web.MountDashboards(boards)
 	if a.cadvisor != nil {
 		a.web.MountMetrics("/metrics/cadvisor", a.cadvisor.Handler())
 	}

@@ -1,0 +1,45 @@
+package dashboards
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+)
+
+// triage puts the source document's method on one page: which GPUs are
+// compute-, memory- or input-bound (or idle), whether the CPU starves them,
+// whether memory climbs in a staircase, and what is alerting now. It reads
+// the recording rules of the built-in pack, so a 24-hour view stays fast.
+func triage() *dashboard.DashboardBuilder {
+	return newDashboard(UIDTriage, "gpuscope / AI workload triage",
+		"The bottleneck method on one page: compute-bound (SM busy, memory bandwidth to spare), memory-bound (memory full or its bandwidth saturated, SM idle), input-bound (CPU saturated, GPU idle); the framebuffer staircase of a memory leak; the active alerts.").
+		WithVariable(datasourceVariable()).
+		WithVariable(labelVariable("instance", "Node", `label_values(DCGM_FI_DEV_GPU_TEMP, instance)`)).
+		WithVariable(labelVariable("gpu", "GPU", `label_values(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance"}, gpu)`)).
+		WithRow(dashboard.NewRowBuilder("Bottleneck")).
+		WithPanel(tablePanel("Bottleneck now", "Each GPU's class from gpu:bottleneck:class: compute-bound, memory-bound, input-bound, idle, or other (busy 5–50% with nothing gpuscope sees saturated: look at disk, network, synchronisation).", unitCount,
+			instantTarget(`gpu:bottleneck:class{`+gpuSel+`}`, "{{class}}"))).
+		WithPanel(timeseriesPanel("GPUs per class", "How many of the selected GPUs are in each class over time.", unitCount,
+			target(`count by (class) (gpu:bottleneck:class{`+gpuSel+`})`, "{{class}}")).
+			Min(0).Stacking(stackingNormal())).
+		WithRow(dashboard.NewRowBuilder("CPU next to GPU")).
+		WithPanel(timeseriesPanel("GPU utilisation and the CPU saturation of its containers", "A GPU under 50% while a container using it runs above 80% of its CPU limit is input-bound (GPUStarvedByCPU): the data loader, not the GPU, sets the pace.", unitPercentUnit,
+			target(`gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`} / 100`, "GPU util "+gpuLegend),
+			target(`gpu:container_cpu_saturation:max{`+gpuSel+`}`, "CPU saturation of its containers "+gpuLegend)).
+			Min(0).Thresholds(thresholds(0.5, 0.8))).
+		WithPanel(tablePanel("Containers on GPUs", "Per container with a process on a GPU: the GPU's utilisation and the container's CPU saturation.", unitPercentUnit,
+			instantTarget(`max by (instance, gpu, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, gpu) group_left () max by (instance, gpu) (gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`}) / 100`, "GPU utilisation").RefId("A"),
+			instantTarget(`max by (instance, gpu, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, id) group_left () max by (instance, id) (instance_id:container_cpu_saturation:ratio)`, "CPU saturation").RefId("B"))).
+		WithRow(dashboard.NewRowBuilder("Memory leak")).
+		WithPanel(timeseriesPanel("Framebuffer trend", "Used framebuffer, its 10-minute floor (ignores short allocations), the total, and where a linear trend of the last hour reaches in 4 hours (GPUMemoryExhaustionPredicted).", unitMiB,
+			target(`DCGM_FI_DEV_FB_USED{`+gpuSel+`}`, "used "+gpuLegend),
+			target(`min_over_time(DCGM_FI_DEV_FB_USED{`+gpuSel+`}[10m])`, "floor "+gpuLegend),
+			target(`predict_linear(DCGM_FI_DEV_FB_USED{`+gpuSel+`}[1h], 4 * 3600)`, "in 4h "+gpuLegend),
+			target(`DCGM_FI_DEV_FB_TOTAL{`+gpuSel+`}`, "total "+gpuLegend)).
+			Min(0)).
+		WithPanel(timeseriesPanel("Framebuffer growth per 30 minutes", "Slope of used framebuffer, in MiB per 30 minutes. The case study's leak is +2048 MiB per 30 minutes with steady utilisation; GPUMemoryLeakSuspected wants the floor to rise over 256 MiB in each of three half-hours.", unitMiB,
+			target(`deriv(DCGM_FI_DEV_FB_USED{`+gpuSel+`}[30m]) * 1800`, gpuLegend)).
+			Thresholds(thresholds(256))).
+		WithRow(dashboard.NewRowBuilder("Alerts")).
+		WithPanel(tablePanel("Active alerts", "Alerts pending or firing now, from the built-in rule pack and your rule files (the ALERTS series).", unitCount,
+			instantTarget(`ALERTS`, "{{alertname}}")).
+			Span(24))
+}
