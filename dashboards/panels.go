@@ -108,7 +108,9 @@ func tablePanel(title, description, unit string, targets ...*prometheus.Dataquer
 		Datasource(datasource).
 		Unit(unit).
 		Height(8).
-		Span(12)
+		Span(12).
+		// Grafana's schema requires a reducer even with the footer hidden.
+		Footer(common.NewTableFooterOptionsBuilder().Show(false).Reducer([]string{"sum"}))
 	for _, t := range targets {
 		p.WithTarget(t)
 	}
