@@ -43,9 +43,12 @@ func containers() *dashboard.DashboardBuilder {
 			target(`sum by (instance, id) (rate(container_network_receive_bytes_total{`+containerSel+`}[$__rate_interval]))`, "rx "+containerLegend),
 			target(`sum by (instance, id) (rate(container_network_transmit_bytes_total{`+containerSel+`}[$__rate_interval]))`, "tx "+containerLegend)).
 			Min(0)).
-		WithPanel(timeseriesPanel("Disk I/O", "Bytes per second read and written to block devices.", unitBytesPerSec,
+		WithPanel(timeseriesPanel("Disk I/O", "Bytes per second read and written to block devices (blkio; absent where the kernel keeps no per-cgroup block I/O statistics).", unitBytesPerSec,
 			target(`sum by (instance, id) (rate(container_fs_reads_bytes_total{`+containerSel+`}[$__rate_interval]))`, "read "+containerLegend),
 			target(`sum by (instance, id) (rate(container_fs_writes_bytes_total{`+containerSel+`}[$__rate_interval]))`, "write "+containerLegend)).
+			Min(0)).
+		WithPanel(timeseriesPanel("I/O pressure", "Share of time tasks of the container waited on I/O (PSI). A data loader starved by storage shows here before the GPU goes idle.", unitPercentUnit,
+			target(`rate(container_pressure_io_waiting_seconds_total{`+containerSel+`}[$__rate_interval])`, containerLegend)).
 			Min(0)).
 		WithRow(dashboard.NewRowBuilder("GPU share")).
 		WithPanel(timeseriesPanel("GPU memory per container", "Framebuffer memory held by the container's processes, per GPU.", unitBytes,
