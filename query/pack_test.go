@@ -1,0 +1,215 @@
+package query
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// TestPackUnitTests runs the built-in pack's promtool-format unit tests.
+func TestPackUnitTests(t *testing.T) {
+	files, err := filepath.Glob("pack/tests/*.test.yml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			runRuleTestFile(t, f)
+		})
+	}
+}
+
+func parsePack(t *testing.T) []rulefmt.RuleGroup {
+	t.Helper()
+	var groups []rulefmt.RuleGroup
+	for _, f := range Pack() {
+		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+		require.Empty(t, errs, f.Name)
+		groups = append(groups, rgs.Groups...)
+	}
+	return groups
+}
+
+// TestPackEveryRuleTested: every alert of the pack fires in some unit test
+// and every recorded series is checked by some promql_expr_test, so a rule
+// added without a test fails here.
+func TestPackEveryRuleTested(t *testing.T) {
+	files, err := filepath.Glob("pack/tests/*.test.yml")
+	require.NoError(t, err)
+	fired := map[string]bool{}
+	var exprs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var utf unitTestFile
+		require.NoError(t, yaml.Unmarshal(b, &utf))
+		for _, tg := range utf.Tests {
+			for _, a := range tg.AlertRuleTests {
+				if len(a.ExpAlerts) > 0 {
+					fired[a.Alertname] = true
+				}
+			}
+			for _, e := range tg.PromqlExprTests {
+				if len(e.ExpSamples) > 0 {
+					exprs = append(exprs, e.Expr)
+				}
+			}
+		}
+	}
+	for _, g := range parsePack(t) {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				require.True(t, fired[r.Alert], "alert %s (group %s) fires in no unit test", r.Alert, g.Name)
+				continue
+			}
+			re := regexp.MustCompile(`(^|[^a-z0-9_:])` + regexp.QuoteMeta(r.Record) + `($|[^a-z0-9_:])`)
+			require.True(t, slices.ContainsFunc(exprs, re.MatchString), "recording rule %s (group %s) is checked by no promql_expr_test", r.Record, g.Name)
+		}
+	}
+}
+
+// TestPackAlertsDocumented: every alert says what it means and what to
+// look at next, and how bad it is.
+func TestPackAlertsDocumented(t *testing.T) {
+	groups := parsePack(t)
+	require.NotEmpty(t, groups)
+	for _, g := range groups {
+		require.True(t, strings.HasPrefix(g.Name, "gpuscope."), "group %s", g.Name)
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				require.Regexp(t, `^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$`, r.Record, "record name level:metric:operations")
+				continue
+			}
+			require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], "severity of %s", r.Alert)
+			require.NotEmpty(t, r.Annotations["summary"], "summary of %s", r.Alert)
+			require.Greater(t, len(r.Annotations["description"]), 200, "description of %s says what to look at next", r.Alert)
+		}
+	}
+}
+
+// TestPackAsOneFile: `gpuscope rules export` without a directory prints
+// one valid rule file holding every group.
+func TestPackAsOneFile(t *testing.T) {
+	for _, f := range Pack() {
+		require.Contains(t, string(f.Data), "\ngroups:\n", "%s: a header comment, then groups:", f.Name)
+	}
+	rgs, errs := rulefmt.Parse(PackAsOneFile(), false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+	require.Empty(t, errs)
+	var got []string
+	for _, g := range rgs.Groups {
+		got = append(got, g.Name)
+	}
+	slices.Sort(got)
+	groups, _ := packNames()
+	require.Equal(t, groups, got)
+}
+
+func TestScaleExpr(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		s        float64
+		minRange time.Duration
+	}{
+		{`rate(x[5m])`, `rate(x[10s])`, 30, 0},
+		{`rate(x[5m])`, `rate(x[1m])`, 30, time.Minute},
+		{`rate(x[30s])`, `rate(x[30s])`, 2, time.Minute}, // the floor never lengthens a window
+		{`min_over_time(x[10m] offset 30m)`, `min_over_time(x[10s] offset 30s)`, 60, time.Second},
+		{`x offset -1h`, `x offset -1m`, 60, 0},
+		{`max_over_time(rate(x[5m])[1h:1m] offset 1h)`, `max_over_time(rate(x[5s])[1m:1s] offset 1m)`, 60, 0},
+		{`predict_linear(x[1h], 4 * 3600)`, `predict_linear(x[1m], (4 * 3600) / 60)`, 60, 0},
+		{`rate(x[1m])`, `rate(x[333ms])`, 180, 0},
+	} {
+		expr, err := parser.NewParser(parser.Options{}).ParseExpr(tc.in)
+		require.NoError(t, err)
+		require.NoError(t, ScaleExpr(expr, tc.s, tc.minRange))
+		require.Equal(t, tc.want, expr.String(), "%s / %g", tc.in, tc.s)
+	}
+}
+
+func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
+	p := parser.NewParser(parser.Options{})
+	load := func(name string) *rulefmt.RuleGroups {
+		data, err := packFS.ReadFile("pack/" + name)
+		require.NoError(t, err)
+		rgs, errs := rulefmt.Parse(data, false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
+		require.Empty(t, errs)
+		return rgs
+	}
+	find := func(rgs *rulefmt.RuleGroups, name string) *rulefmt.Rule {
+		for _, g := range rgs.Groups {
+			for i := range g.Rules {
+				if ruleName(g.Rules[i]) == name {
+					return &g.Rules[i]
+				}
+			}
+		}
+		return nil
+	}
+
+	t.Run("time scale", func(t *testing.T) {
+		rgs := load("diagnosis.yml")
+		_, err := applyPack(rgs, packOptions{timeScale: 60, minRange: 4 * time.Second}, p)
+		require.NoError(t, err)
+		leak := find(rgs, "GPUMemoryLeakSuspected")
+		require.Equal(t, model.Duration(5*time.Second), leak.For)
+		require.Contains(t, leak.Expr, "min_over_time(DCGM_FI_DEV_FB_USED[10s] offset 30s)")
+		require.Contains(t, leak.Expr, "stddev_over_time(DCGM_FI_DEV_GPU_UTIL[1m])")
+		require.Contains(t, find(rgs, "gpu:dcgm_fi_dev_gpu_util:avg5m").Expr, "[5s]")
+
+		rgs = load("baseline.yml")
+		_, err = applyPack(rgs, packOptions{timeScale: 60, minRange: 4 * time.Second}, p)
+		require.NoError(t, err)
+		require.Equal(t, model.Duration(5*time.Second), rgs.Groups[0].Interval, "group interval 5m / 60")
+	})
+
+	t.Run("disabled groups and rules, overrides", func(t *testing.T) {
+		rgs := load("baseline.yml")
+		repl, err := applyPack(rgs, packOptions{
+			timeScale:      1,
+			disabledGroups: map[string]bool{"gpuscope.baseline.hourly": true},
+			disabledRules:  map[string]bool{"GPUMemoryOffBaseline": true},
+			overrides:      map[string]map[string]string{"gpuscope.baseline.weekly": {"ContainerCPUOffBaseline": "/etc/mine.yml"}, "other": {"GPUUtilizationOffBaseline": "/x.yml"}},
+		}, p)
+		require.NoError(t, err)
+		require.Len(t, rgs.Groups, 1)
+		require.Equal(t, "gpuscope.baseline.weekly", rgs.Groups[0].Name)
+		require.Nil(t, find(rgs, "GPUMemoryOffBaseline"))
+		require.Nil(t, find(rgs, "ContainerCPUOffBaseline"))
+		require.NotNil(t, find(rgs, "GPUUtilizationOffBaseline"), "an override counts only in a group of the same name")
+		require.Equal(t, []replaced{{"gpuscope.baseline.weekly", "ContainerCPUOffBaseline", "/etc/mine.yml"}}, repl)
+	})
+}
+
+func TestRulesConfigValidate(t *testing.T) {
+	require.NoError(t, DefaultRulesConfig().Validate())
+	for _, tc := range []struct {
+		name string
+		mod  func(*RulesConfig)
+		want string
+	}{
+		{"time scale 0", func(c *RulesConfig) { c.Builtin.TimeScale = 0 }, "rules.builtin.time_scale"},
+		{"unknown group", func(c *RulesConfig) { c.Builtin.DisabledGroups = []string{"gpuscope.gpus"} }, `no built-in group "gpuscope.gpus"`},
+		{"unknown rule", func(c *RulesConfig) { c.Builtin.DisabledRules = []string{"GPUTempHigh"} }, `no built-in rule "GPUTempHigh"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultRulesConfig()
+			tc.mod(&c)
+			require.ErrorContains(t, c.Validate(), tc.want)
+		})
+	}
+	c := DefaultRulesConfig()
+	c.Builtin.DisabledGroups = []string{"gpuscope.baseline.weekly"}
+	c.Builtin.DisabledRules = []string{"GPUMemoryAlmostFull", "gpu:bottleneck:class"}
+	require.NoError(t, c.Validate())
+}
