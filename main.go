@@ -46,6 +46,8 @@ func main() {
 		serveCommand(app),
 		agentCommand(app),
 		checkConfigCommand(app),
+		checkRulesCommand(app),
+		rulesExportCommand(app),
 		dashboardsExportCommand(app),
 		grafanaProvisionCommand(app),
 		versionCommand(app),

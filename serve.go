@@ -75,6 +75,12 @@ type serveFlags struct {
 	remoteFlushDeadline       model.Duration
 	enableRemoteWriteReceiver bool
 	enableOTLPReceiver        bool
+
+	outageTolerance    model.Duration
+	forGracePeriod     model.Duration
+	resendDelay        model.Duration
+	notificationQueue  int
+	drainNotifications bool
 }
 
 func serveCommand(app *kingpin.Application) command {
@@ -99,6 +105,11 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("query.max-samples", "Maximum number of samples a single query can load into memory.").Default("50000000").IntVar(&f.maxSamples)
 	c.Flag("query.max-concurrency", "Maximum number of queries executed concurrently.").Default("20").IntVar(&f.maxConcurrency)
 	c.Flag("query.lookback-delta", "How far back to look for a sample of a series at an instant.").Default("5m").SetValue(&f.lookbackDelta)
+	c.Flag("rules.alert.for-outage-tolerance", "Max time to tolerate a gpuscope outage for restoring the \"for\" state of alerts.").Default("1h").SetValue(&f.outageTolerance)
+	c.Flag("rules.alert.for-grace-period", "Minimum duration between an alert and its restored \"for\" state, for alerts whose \"for\" is longer.").Default("10m").SetValue(&f.forGracePeriod)
+	c.Flag("rules.alert.resend-delay", "Minimum time to wait before resending an alert to Alertmanager.").Default("1m").SetValue(&f.resendDelay)
+	c.Flag("alertmanager.notification-queue-capacity", "Alerts queued for Alertmanager before the oldest are dropped.").Default("10000").IntVar(&f.notificationQueue)
+	c.Flag("alertmanager.drain-notification-queue-on-shutdown", "Send the queued alerts before shutting down.").Default("true").BoolVar(&f.drainNotifications)
 	c.Flag("gpu.backend", "GPU backend: auto, nvml, sim or none. Default: the config file's gpu.backend (auto).").EnumVar(&f.gpuBackend, gpu.BackendAuto, gpu.BackendNVML, gpu.BackendSim, gpu.BackendNone)
 	c.Flag("demo", "Run simulated GPUs with one scenario each (training, leak, input-bound, memory-bound, thermal, idle, XID) so every dashboard and alert has data without a GPU.").BoolVar(&f.demo)
 	c.Flag("node.name", "This node's name: the `instance` label of its built-in series and the Hostname label of GPU series. Default: the host name.").Envar("NODE_NAME").StringVar(&f.nodeName)
@@ -141,6 +152,8 @@ type appliance struct {
 	fanout   promstorage.Storage // TSDB + remote storage: scrape, rule and push appends, queries
 	engine   *query.Engine
 	scraper  *scrape.Scraper
+	notifier *query.Notifier
+	rules    *query.Rules
 	cadvisor *cadvisor.Collector
 	gpu      *gpu.Collector
 
@@ -291,6 +304,37 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		return nil, err
 	}
 
+	// Alert delivery has its own discovery of Alertmanagers, sharing the
+	// service discovery metrics with scraping as in Prometheus.
+	a.notifier, err = query.NewNotifier(query.NotifierOptions{
+		Logger:          logger,
+		Registerer:      a.registry,
+		SDMetrics:       sdMetrics,
+		QueueCapacity:   f.notificationQueue,
+		DrainOnShutdown: f.drainNotifications,
+	})
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	a.rules, err = query.NewRules(query.RulesOptions{
+		Logger:          logger,
+		Registerer:      a.registry,
+		Engine:          a.engine,
+		Queryable:       a.fanout,
+		Appendable:      a.fanout,
+		Notifier:        a.notifier.Manager(),
+		ExternalURL:     externalURL,
+		OutageTolerance: time.Duration(f.outageTolerance),
+		ForGracePeriod:  time.Duration(f.forGracePeriod),
+		ResendDelay:     time.Duration(f.resendDelay),
+		Parser:          promqlParser,
+	})
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+
 	a.web = web.New(web.Options{
 		Logger:              logger.With("component", "web"),
 		ListenAddress:       f.listenAddress,
@@ -309,6 +353,8 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 			TSDB:          a.ready,
 			TSDBDir:       f.dataDir,
 			ScrapeManager: a.scraper.Manager(),
+			RuleManager:   a.rules.Manager(),
+			Notifier:      a.notifier.Manager(),
 			Config:        func() promconfig.Config { return *a.config.Load().Prometheus },
 			Flags:         f.flagValues(),
 			RuntimeInfo:   a.runtimeInfo,
@@ -397,6 +443,9 @@ func (a *appliance) loadConfig(selfAddr string) (*config.Config, error) {
 	}
 	if a.flags.demo {
 		cfg.GPU = gpu.DemoConfig()
+		// The built-in rules run as fast as the simulated GPUs, so that
+		// the demo's alerts fire within minutes.
+		cfg.Rules.Builtin.TimeScale = cfg.GPU.Sim.TimeScale
 	}
 	if a.flags.gpuBackend != "" {
 		cfg.GPU.Backend = a.flags.gpuBackend
@@ -481,6 +530,11 @@ func (a *appliance) run(ctx context.Context) (err error) {
 		return fmt.Errorf("apply initial config: %w", err)
 	}
 	group.start("scrape", func(ctx context.Context, _ net.Listener) error { return a.scraper.Run(ctx) }, fail("scrape"), nil)
+	// Stages stop in reverse: the rule manager stops first (before the
+	// TSDB closes), then the notifier sends what its last evaluations
+	// queued.
+	group.start("notify", func(ctx context.Context, _ net.Listener) error { return a.notifier.Run(ctx) }, fail("notify"), nil)
+	group.start("rules", func(ctx context.Context, _ net.Listener) error { return a.rules.Run(ctx) }, fail("rules"), nil)
 
 	a.web.SetReady(true)
 	logger.Info("gpuscope is ready; point Grafana's Prometheus data source at this URL",
@@ -541,6 +595,8 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 			return nil
 		}},
 		{"scrape", a.scraper.ApplyConfig},
+		{"notify", a.notifier.ApplyConfig},
+		{"rules", func(c *promconfig.Config) error { return a.rules.ApplyConfig(c, cfg.Rules) }},
 	}
 	var errs []error
 	for _, r := range reloaders {

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 )
@@ -50,6 +51,9 @@ type Config struct {
 	// Nodes are the machines running `gpuscope agent` that the appliance
 	// scrapes (the node-* jobs).
 	Nodes scrape.Nodes
+	// Rules says which built-in rules run; the user's own rule files are
+	// the Prometheus section rule_files.
+	Rules query.RulesConfig
 
 	// File is the path the config came from; empty for the embedded default.
 	File string
@@ -68,10 +72,11 @@ type Web struct {
 
 // own is the part of the file that belongs to gpuscope.
 type own struct {
-	Cadvisor cadvisor.Config `yaml:"cadvisor"`
-	GPU      gpu.Config      `yaml:"gpu"`
-	Web      Web             `yaml:"web"`
-	Nodes    scrape.Nodes    `yaml:"nodes"`
+	Cadvisor cadvisor.Config   `yaml:"cadvisor"`
+	GPU      gpu.Config        `yaml:"gpu"`
+	Web      Web               `yaml:"web"`
+	Nodes    scrape.Nodes      `yaml:"nodes"`
+	Rules    query.RulesConfig `yaml:"rules"`
 }
 
 func defaultOwn() own {
@@ -80,6 +85,7 @@ func defaultOwn() own {
 		GPU:      gpu.DefaultConfig(),
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
 		Nodes:    scrape.DefaultNodes(),
+		Rules:    query.DefaultRulesConfig(),
 	}
 }
 
@@ -97,6 +103,12 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	}
 	cfg.Prometheus.SetDirectory(filepath.Dir(path))
 	cfg.Nodes.SetDirectory(filepath.Dir(path))
+	// Rule files are parsed here, so that serve refuses to start, a reload
+	// keeps the old config and `check config` fails, each naming the file
+	// and line of the bad rule.
+	if err := query.CheckRuleFiles(cfg.Prometheus.RuleFiles, cfg.Prometheus.GlobalConfig.MetricNameValidationScheme); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return cfg, nil
 }
 
@@ -160,6 +172,9 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 	if err := o.Nodes.Validate(); err != nil {
 		return nil, err
 	}
+	if err := o.Rules.Validate(); err != nil {
+		return nil, err
+	}
 
 	return &Config{
 		Prometheus: promCfg,
@@ -167,6 +182,7 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 		GPU:        o.GPU,
 		Web:        o.Web,
 		Nodes:      o.Nodes,
+		Rules:      o.Rules,
 		File:       file,
 	}, nil
 }

@@ -137,3 +137,36 @@ func TestDefaultFileIsTheDocumentedOne(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Default(nil).Cadvisor, c.Cadvisor)
 }
+
+// TestRulesSection: the rules section and the rule files named by
+// rule_files are checked when the file loads, errors naming file and line.
+func TestRulesSection(t *testing.T) {
+	c, err := Load([]byte("rules:\n  builtin:\n    disabled_groups: [gpuscope.baseline.weekly]\n    time_scale: 30\n"), "test.yml", nil)
+	require.NoError(t, err)
+	require.True(t, c.Rules.Builtin.Enabled, "enabled unless said otherwise")
+	require.Equal(t, []string{"gpuscope.baseline.weekly"}, c.Rules.Builtin.DisabledGroups)
+	require.Equal(t, 30.0, c.Rules.Builtin.TimeScale)
+	require.Equal(t, 1.0, Default(nil).Rules.Builtin.TimeScale)
+
+	for _, tc := range []struct{ input, want string }{
+		{"rules:\n  builtin:\n    enable: false\n", "line 3"},
+		{"rules:\n  builtin:\n    disabled_groups: [gpu]\n", `no built-in group "gpu"`},
+		{"rules:\n  builtin:\n    time_scale: -1\n", "rules.builtin.time_scale"},
+	} {
+		_, err := Load([]byte(tc.input), "test.yml", nil)
+		require.ErrorContains(t, err, tc.want, tc.input)
+	}
+
+	dir := t.TempDir()
+	p := filepath.Join(dir, "g.yml")
+	require.NoError(t, os.WriteFile(p, []byte("rule_files: [rules/*.yml]\n"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "rules"), 0o755))
+	bad := filepath.Join(dir, "rules", "bad.yml")
+	require.NoError(t, os.WriteFile(bad, []byte("groups:\n  - name: a\n    rules:\n      - alert: A\n        expr: rate(up[5m]\n"), 0o644))
+	_, err = LoadFile(p, nil)
+	require.ErrorContains(t, err, p)
+	require.ErrorContains(t, err, bad+": 5:15:")
+	require.NoError(t, os.WriteFile(bad, []byte("groups:\n  - name: a\n    rules:\n      - alert: A\n        expr: rate(up[5m])\n"), 0o644))
+	_, err = LoadFile(p, nil)
+	require.NoError(t, err)
+}

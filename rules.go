@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpuscope/gpuscope/query"
+)
+
+// rulesExportCommand is `gpuscope rules export [DIR]`: the built-in rule
+// pack as the Prometheus rule files it is, to read, to copy a rule from
+// before overriding it, or to load into another Prometheus.
+func rulesExportCommand(app *kingpin.Application) command {
+	c := app.Command("rules", "The built-in alerting and recording rules.").
+		Command("export", "Print the built-in rules as one Prometheus rule file, or write the pack's files into DIR.")
+	dir := c.Arg("dir", "Directory to write the rule files into (created if missing). Default: print one file to stdout.").String()
+	return command{clause: c, run: func(*slog.Logger) error {
+		if *dir == "" {
+			_, err := os.Stdout.Write(query.PackAsOneFile())
+			return err
+		}
+		if err := os.MkdirAll(*dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", *dir, err)
+		}
+		for _, f := range query.Pack() {
+			p := filepath.Join(*dir, f.Name)
+			if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+				return fmt.Errorf("write rule file: %w", err)
+			}
+			fmt.Println(p)
+		}
+		return nil
+	}}
+}
+
+// checkRulesCommand is `gpuscope check rules FILE...`, promtool's check
+// rules for files that are not (yet) in a config's rule_files. It must be
+// registered after checkConfigCommand, which creates `check`.
+func checkRulesCommand(app *kingpin.Application) command {
+	c := app.GetCommand("check").Command("rules", "Validate Prometheus rule files; exit 0 if all are valid, 1 otherwise.")
+	files := c.Arg("file", "Rule file(s) to check.").Required().ExistingFiles()
+	return command{clause: c, run: func(*slog.Logger) error {
+		failed := 0
+		for _, f := range *files {
+			if err := query.CheckRuleFiles([]string{f}, model.UTF8Validation); err != nil {
+				fmt.Fprintf(os.Stderr, "FAILED: %s\n", err)
+				failed++
+				continue
+			}
+			fmt.Printf("SUCCESS: %s is a valid rule file\n", f)
+		}
+		if failed > 0 {
+			os.Exit(1)
+		}
+		return nil
+	}}
+}
