@@ -92,6 +92,7 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 	if f.gpuBackend != "" {
 		a.cfg.GPU.Backend = f.gpuBackend
 	}
+	applyGoGC(a.cfg.Prometheus, logger)
 	if !f.listenSet && a.cfg.Web.ListenAddress != "" {
 		f.listenAddress = a.cfg.Web.ListenAddress
 	}

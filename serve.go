@@ -179,6 +179,8 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Before the TSDB replays its WAL, as Prometheus does.
+	applyGoGC(cfg.Prometheus, logger)
 	if !f.listenSet && cfg.Web.ListenAddress != "" {
 		f.listenAddress = cfg.Web.ListenAddress
 	}
@@ -590,6 +592,7 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 	}{
 		{"tsdb", func(c *promconfig.Config) error { return a.ready.Get().ApplyConfig(c) }},
 		{"remote_storage", a.remote.ApplyConfig},
+		{"runtime", func(c *promconfig.Config) error { applyGoGC(c, a.logger); return nil }},
 		{"query_engine", func(c *promconfig.Config) error {
 			a.engine.SetEvaluationInterval(time.Duration(c.GlobalConfig.EvaluationInterval))
 			return nil
