@@ -502,3 +502,40 @@ func TestClusterBadNodeConfig(t *testing.T) {
 	require.Equal(t, 1, q.wait(30*time.Second))
 	require.Contains(t, q.out.String(), "has no port")
 }
+
+// TestAgentEndpoints: the agent serves its three endpoints, empty when a
+// collector is off, and nothing else; SIGHUP does not end it.
+func TestAgentEndpoints(t *testing.T) {
+	cfg := writeConfig(t, t.TempDir(), "cadvisor: {enabled: false}\n")
+	a := startAgent(t, "bare", cfg)
+	code, body := a.get("/metrics/gpu")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "DCGM_FI_DEV_GPU_UTIL", "--gpu.backend=sim")
+	code, body = a.get("/metrics/cadvisor")
+	require.Equal(t, 200, code, "served even with cAdvisor off")
+	require.Empty(t, body)
+	code, body = a.get("/metrics")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "process_resident_memory_bytes")
+	require.Contains(t, body, `gpuscope_build_info`)
+	for _, path := range []string{"/api/v1/query?query=up", "/federate?match[]=up", "/api/v1/write"} {
+		code, _ = a.get(path)
+		require.Equal(t, 404, code, "%s: the agent has no TSDB and no API", path)
+	}
+	code, body = a.get("/")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "agent")
+	require.NotContains(t, body, "api/v1/targets")
+
+	a.signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "SIGHUP logged", func() error {
+		if !strings.Contains(a.out.String(), "reloads nothing") {
+			return fmt.Errorf("no log line yet")
+		}
+		return nil
+	})
+	code, _ = a.get("/-/ready")
+	require.Equal(t, 200, code, "still running after SIGHUP")
+	a.signal(syscall.SIGTERM)
+	require.Equal(t, 0, a.wait(30*time.Second))
+}
