@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuscope/gpuscope/dashboards"
 )
 
 // panelQuery is one target of one panel, as found in the dashboard JSON.
@@ -29,7 +31,7 @@ type dashboardJSON struct {
 	UID        string `json:"uid"`
 	Title      string `json:"title"`
 	Templating struct {
-		List []grafanaVariable `json:"list"`
+		List []dashboards.Variable `json:"list"`
 	} `json:"templating"`
 	Panels []panelJSON `json:"panels"`
 }
@@ -110,14 +112,14 @@ func emptyTargets(t *testing.T, p *process, boards []dashboardJSON, promql parse
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	now := time.Now()
-	r := timeRange{from: now.Add(-5 * time.Minute), to: now, maxDataPoints: 1000, scrapeInterval: time.Second}
+	r := dashboards.TimeRange{From: now.Add(-5 * time.Minute), To: now, MaxDataPoints: 1000, ScrapeInterval: time.Second}
 	var empty []string
 	for _, b := range boards {
 		// Two ways a user looks at a dashboard: the default (All), and
 		// every value ticked by hand, which Grafana sends as a regex
 		// alternation of escaped values.
 		for _, mode := range []string{"All", "each value"} {
-			vars := map[string]selection{}
+			vars := map[string]dashboards.Selection{}
 			for _, v := range b.Templating.List {
 				if v.Type != "query" {
 					continue
@@ -130,10 +132,10 @@ func emptyTargets(t *testing.T, p *process, boards []dashboardJSON, promql parse
 					empty = append(empty, fmt.Sprintf("%s: variable %s has no values", b.UID, v.Name))
 					vals = []string{"no-value"}
 				}
-				vars[v.Name] = selection{v: v, values: vals, all: mode == "All"}
+				vars[v.Name] = dashboards.Selection{Variable: v, Values: vals, All: mode == "All"}
 			}
 			for _, q := range b.queries() {
-				expr := interpolate(q.expr, vars, r)
+				expr := dashboards.Interpolate(q.expr, vars, r)
 				if _, err := promql.ParseExpr(expr); err != nil {
 					return nil, fmt.Errorf("%s / %s: expanded query does not parse: %w\n%s", q.dashboard, q.panel, err, expr)
 				}
@@ -157,15 +159,15 @@ func emptyTargets(t *testing.T, p *process, boards []dashboardJSON, promql parse
 
 // count runs a target as Grafana would (range query at $__interval steps,
 // or instant at the end) and counts the series returned.
-func (p *process) count(ctx context.Context, expr string, instant bool, r timeRange) (int, error) {
+func (p *process) count(ctx context.Context, expr string, instant bool, r dashboards.TimeRange) (int, error) {
 	if instant {
-		v, _, _, err := p.api().Query(ctx, expr, r.to)
+		v, _, _, err := p.api().Query(ctx, expr, r.To)
 		if err != nil {
 			return 0, err
 		}
 		return len(v.(model.Vector)), nil
 	}
-	v, _, _, err := p.api().QueryRange(ctx, expr, promv1.Range{Start: r.from, End: r.to, Step: r.interval()})
+	v, _, _, err := p.api().QueryRange(ctx, expr, promv1.Range{Start: r.From, End: r.To, Step: r.Interval()})
 	if err != nil {
 		return 0, err
 	}
