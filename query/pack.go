@@ -92,8 +92,8 @@ type BuiltinConfig struct {
 	// TimeScale divides every duration in the pack (range windows, offsets,
 	// subquery steps, `for`, `keep_firing_for`, group intervals and
 	// predict_linear's horizon) by this factor, by rewriting the parsed
-	// rules; range windows are kept at four scrape intervals or more so
-	// that rate() still has samples. It is for demos and tests that run
+	// rules; range windows are kept at ten scrape intervals or more, so
+	// that rate() over jittery scrapes stays steady. It is for demos and tests that run
 	// simulated GPUs faster than real time (gpu.sim.time_scale); 1 in
 	// production.
 	TimeScale float64 `yaml:"time_scale"`

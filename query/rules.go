@@ -29,6 +29,12 @@ const (
 	DefaultResendDelay     = time.Minute
 )
 
+// minRangeScrapes is the shortest range window, in scrape intervals, that
+// time-scaled rules get: at 60× a 5m window would be 5s, and a rate() over
+// five 1s scrapes of cAdvisor, whose samples arrive with a second of
+// jitter on a busy machine, swings by half.
+const minRangeScrapes = 10
+
 // RulesOptions configure the rule manager.
 type RulesOptions struct {
 	Logger     *slog.Logger
@@ -182,7 +188,7 @@ func (r *Rules) ApplyConfig(cfg *promconfig.Config, rc RulesConfig) error {
 		disabledRules:  set(rc.Builtin.DisabledRules),
 		overrides:      overrides,
 		timeScale:      rc.Builtin.TimeScale,
-		minRange:       4 * time.Duration(cfg.GlobalConfig.ScrapeInterval),
+		minRange:       minRangeScrapes * time.Duration(cfg.GlobalConfig.ScrapeInterval),
 	})
 	if err := r.manager.Update(time.Duration(cfg.GlobalConfig.EvaluationInterval), ids,
 		cfg.GlobalConfig.ExternalLabels, r.externalURL, nil); err != nil {

@@ -1,0 +1,384 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-openapi/strfmt"
+	"github.com/prometheus/alertmanager/api/v2/models"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+// alertmanager stands in for an Alertmanager: it accepts what gpuscope's
+// notifier posts to /api/v2/alerts, decoded and validated with
+// Alertmanager's own API models.
+type alertmanager struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	alerts []*models.PostableAlert
+	errs   []error
+}
+
+func newAlertmanager(t *testing.T) *alertmanager {
+	t.Helper()
+	am := &alertmanager{}
+	am.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v2/alerts" || r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		var alerts models.PostableAlerts
+		err := json.NewDecoder(r.Body).Decode(&alerts)
+		if err == nil {
+			err = alerts.Validate(strfmt.Default)
+		}
+		am.mu.Lock()
+		defer am.mu.Unlock()
+		if err != nil {
+			am.errs = append(am.errs, err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		am.alerts = append(am.alerts, alerts...)
+	}))
+	t.Cleanup(am.srv.Close)
+	return am
+}
+
+func (am *alertmanager) addr() string { return strings.TrimPrefix(am.srv.URL, "http://") }
+
+// received returns the alerts named name received so far (resends
+// included) whose labels include match.
+func (am *alertmanager) received(name string, match map[string]string) []*models.PostableAlert {
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	var out []*models.PostableAlert
+	for _, a := range am.alerts {
+		if a.Labels["alertname"] != name {
+			continue
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && a.Labels[k] == v
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (am *alertmanager) decodeErrors() []error {
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	return slices.Clone(am.errs)
+}
+
+// TestAlertsFromSimScenarios runs the source document's two diagnoses end
+// to end at 60× speed (gpu.sim.time_scale and rules.builtin.time_scale):
+// the leak scenario's staircase fires GPUMemoryLeakSuspected, the
+// input-bound scenario (a real CPU-saturated cgroup) fires GPUStarvedByCPU
+// and is classed input-bound, a training GPU fires neither, and the alerts
+// reach an Alertmanager with the external labels.
+func TestAlertsFromSimScenarios(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the input-bound scenario burns CPU in a cgroup of its own: needs root")
+	}
+	am := newAlertmanager(t)
+	container := fmt.Sprintf("/gpuscope-e2e-starved-%d", rand.IntN(1e6))
+	cfg := fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+  external_labels: {cluster: e2e}
+alerting:
+  alertmanagers:
+    - static_configs: [{targets: [%q]}]
+rules:
+  builtin:
+    time_scale: 60
+gpu:
+  backend: sim
+  sim:
+    count: 3
+    time_scale: 60
+    cpu_burn: true
+    gpus:
+      - {scenario: leak}
+      - {scenario: input-bound, container: %s}
+      - {scenario: training}
+`, am.addr(), container)
+	started := time.Now()
+	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg))
+
+	// Input-bound: the GPU idles at 20-40% while its container uses all
+	// of its half core.
+	eventually(t, 90*time.Second, "GPUStarvedByCPU delivered for GPU 1", func() error {
+		if errs := am.decodeErrors(); len(errs) > 0 {
+			return fmt.Errorf("Alertmanager could not decode: %v", errs)
+		}
+		if len(am.received("GPUStarvedByCPU", map[string]string{"gpu": "1"})) == 0 {
+			return fmt.Errorf("not received")
+		}
+		return nil
+	})
+	t.Logf("GPUStarvedByCPU delivered %s after start", time.Since(started).Round(time.Second))
+	a := am.received("GPUStarvedByCPU", map[string]string{"gpu": "1"})[0]
+	require.Equal(t, container, a.Labels["id"])
+	require.Equal(t, "e2e", a.Labels["cluster"], "external label")
+	require.Equal(t, "e2e-node", a.Labels["instance"])
+	require.Equal(t, "warning", a.Labels["severity"])
+	require.Contains(t, a.Annotations["summary"], "starved by the CPU of container "+container)
+	require.Contains(t, a.Annotations["description"], "input-bound")
+	require.Contains(t, string(a.GeneratorURL), "/api/v1/query?query=")
+	require.True(t, time.Time(a.EndsAt).After(time.Time(a.StartsAt)))
+	// The HTTP API reports it too: Grafana's alert list reads /alerts.
+	eventually(t, 10*time.Second, "GPUStarvedByCPU firing in /api/v1/alerts", func() error {
+		return apiFiring(p, "GPUStarvedByCPU", "1")
+	})
+
+	eventually(t, 30*time.Second, "each GPU's bottleneck class", func() error {
+		v, err := p.instant(`gpu:bottleneck:class`)
+		if err != nil {
+			return err
+		}
+		got := map[string]string{}
+		for _, s := range v {
+			got[string(s.Metric["gpu"])] = string(s.Metric["class"])
+		}
+		want := map[string]string{"0": "compute-bound", "1": "input-bound", "2": "compute-bound"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("classes %v, want %v", got, want)
+		}
+		return nil
+	})
+
+	// The leak: +2 GiB every 30 simulated minutes (30 s here); the rule
+	// needs three rising half-hours, so about 1h45m simulated.
+	eventually(t, 150*time.Second, "GPUMemoryLeakSuspected delivered for GPU 0", func() error {
+		if len(am.received("GPUMemoryLeakSuspected", map[string]string{"gpu": "0"})) == 0 {
+			return fmt.Errorf("not received")
+		}
+		return nil
+	})
+	t.Logf("GPUMemoryLeakSuspected delivered %s after start", time.Since(started).Round(time.Second))
+	leak := am.received("GPUMemoryLeakSuspected", map[string]string{"gpu": "0"})[0]
+	require.Equal(t, "e2e", leak.Labels["cluster"])
+	require.Regexp(t, `by 20\d\d MiB in the last one`, leak.Annotations["description"], "one 2 GiB step (with the sim's noise)")
+
+	// Neither diagnosis for the training GPU, no leak on the input-bound
+	// one, no starvation on the leaking one.
+	require.Empty(t, am.received("GPUMemoryLeakSuspected", map[string]string{"gpu": "2"}))
+	require.Empty(t, am.received("GPUMemoryLeakSuspected", map[string]string{"gpu": "1"}))
+	require.Empty(t, am.received("GPUStarvedByCPU", map[string]string{"gpu": "2"}))
+	require.Empty(t, am.received("GPUStarvedByCPU", map[string]string{"gpu": "0"}))
+
+	require.NoError(t, apiFiring(p, "GPUMemoryLeakSuspected", "0"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rules, err := p.api().Rules(ctx, nil)
+	require.NoError(t, err)
+	groups := map[string]string{}
+	for _, g := range rules.Groups {
+		groups[g.Name] = g.File
+		for _, r := range g.Rules {
+			switch r := r.(type) {
+			case promv1.AlertingRule:
+				require.Equal(t, "ok", string(r.Health), "%s: %s", r.Name, r.LastError)
+			case promv1.RecordingRule:
+				require.Equal(t, "ok", string(r.Health), "%s: %s", r.Name, r.LastError)
+			}
+		}
+	}
+	for _, g := range []string{"gpuscope.gpu", "gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly", "gpuscope.meta"} {
+		require.True(t, strings.HasPrefix(groups[g], "builtin:"), "group %s: %v", g, groups)
+	}
+	ams, err := p.api().AlertManagers(ctx)
+	require.NoError(t, err)
+	require.Len(t, ams.Active, 1)
+	require.Equal(t, am.srv.URL+"/api/v2/alerts", ams.Active[0].URL)
+
+	// The storage failures the meta rules watch are all exported.
+	v, err := p.instant(`count({job="gpuscope",__name__=~"prometheus_tsdb_(compactions_failed|reloads_failures|wal_writes_failed|wal_corruptions|wal_truncations_failed|checkpoint_creations_failed|head_truncations_failed|mmap_chunk_corruptions)_total"})`)
+	require.NoError(t, err)
+	require.Len(t, v, 1)
+	require.Equal(t, model.SampleValue(8), v[0].Value)
+}
+
+// apiFiring says whether /api/v1/alerts has the alert firing for the GPU.
+func apiFiring(p *process, alertname, gpu string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	alerts, err := p.api().Alerts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range alerts.Alerts {
+		if string(a.Labels["alertname"]) == alertname && string(a.Labels["gpu"]) == gpu && a.State == promv1.AlertStateFiring {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s for GPU %s not firing in /api/v1/alerts: %v", alertname, gpu, alerts.Alerts)
+}
+
+const badRules = `groups:
+  - name: e2e
+    rules:
+      - alert: E2EAlwaysFiring
+        expr: sum(rate(up[5m])
+`
+
+// TestRulesBadInputAndReload: a rule file with a syntax error stops
+// serve from starting and fails check config, naming file and line; on a
+// reload the old rules keep running while the failure shows in the log,
+// in gpuscope_config_last_reload_successful and in the alert on it. A
+// user rule replaces the built-in rule of its name and group, and a
+// disabled built-in group is left out.
+func TestRulesBadInputAndReload(t *testing.T) {
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "rules.yml")
+	require.NoError(t, os.WriteFile(rulesFile, []byte(badRules), 0o644))
+	cfgFile := writeConfig(t, dir, fastConfig+`
+rule_files: [rules.yml]
+rules:
+  builtin:
+    time_scale: 60
+    disabled_groups: [gpuscope.baseline.weekly]
+`)
+
+	out, code := run(t, "check", "config", cfgFile)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, rulesFile+": 5:15:")
+	require.Contains(t, out, "unclosed left parenthesis")
+
+	q := start(t, "serve", "--web.listen-address=127.0.0.1:0", "--storage.tsdb.path="+filepath.Join(dir, "refused"), "--config.file="+cfgFile)
+	require.NotEqual(t, 0, q.wait(30*time.Second))
+	require.Contains(t, q.out.String(), rulesFile+": 5:15:")
+
+	require.NoError(t, os.WriteFile(rulesFile, []byte(`groups:
+  - name: e2e
+    rules:
+      - alert: E2EAlwaysFiring
+        expr: vector(1)
+        labels: {severity: info}
+  - name: gpuscope.meta
+    rules:
+      - alert: TargetDown
+        expr: up == 0
+        for: 30m
+        labels: {severity: critical, team: e2e}
+`), 0o644))
+	out, code = run(t, "check", "config", cfgFile)
+	require.Equal(t, 0, code, out)
+	p := serve(t, "", "--config.file="+cfgFile)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lastEval := func() (time.Time, error) {
+		rules, err := p.api().Rules(ctx, nil)
+		if err != nil {
+			return time.Time{}, err
+		}
+		for _, g := range rules.Groups {
+			for _, r := range g.Rules {
+				if a, ok := r.(promv1.AlertingRule); ok && a.Name == "E2EAlwaysFiring" {
+					return a.LastEvaluation, nil
+				}
+			}
+		}
+		return time.Time{}, fmt.Errorf("E2EAlwaysFiring not in /api/v1/rules")
+	}
+	eventually(t, 30*time.Second, "the user's rule evaluated", func() error {
+		t, err := lastEval()
+		if err == nil && t.IsZero() {
+			err = fmt.Errorf("not evaluated yet")
+		}
+		return err
+	})
+	rules, err := p.api().Rules(ctx, nil)
+	require.NoError(t, err)
+	var targetDown []string
+	for _, g := range rules.Groups {
+		require.NotEqual(t, "gpuscope.baseline.weekly", g.Name, "disabled group")
+		for _, r := range g.Rules {
+			if a, ok := r.(promv1.AlertingRule); ok && a.Name == "TargetDown" {
+				targetDown = append(targetDown, g.File+" "+string(a.Labels["team"]))
+			}
+		}
+	}
+	require.Equal(t, []string{rulesFile + " e2e"}, targetDown, "the user's TargetDown replaces the built-in one")
+
+	// Break the file and reload.
+	require.NoError(t, os.WriteFile(rulesFile, []byte(badRules), 0o644))
+	p.signal(syscall.SIGHUP)
+	eventually(t, 20*time.Second, "reload failure in the log and the metric", func() error {
+		if !strings.Contains(p.out.String(), "Reload failed") {
+			return fmt.Errorf("no Reload failed in the log")
+		}
+		v, err := p.instant(`gpuscope_config_last_reload_successful`)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 || v[0].Value != 0 {
+			return fmt.Errorf("gpuscope_config_last_reload_successful = %v", v)
+		}
+		return nil
+	})
+	require.Contains(t, p.out.String(), rulesFile+": 5:15:")
+	failedAt := time.Now()
+
+	// The old rules keep being evaluated ...
+	eventually(t, 20*time.Second, "the old rule still evaluated after the failed reload", func() error {
+		t, err := lastEval()
+		if err == nil && !t.After(failedAt) {
+			err = fmt.Errorf("last evaluation %s, before the failed reload", t)
+		}
+		return err
+	})
+	// ... among them the built-in alert on the failed reload (its 5m is
+	// 5s at this time scale).
+	eventually(t, 40*time.Second, "GpuscopeConfigReloadFailed firing", func() error {
+		alerts, err := p.api().Alerts(ctx)
+		if err != nil {
+			return err
+		}
+		for _, a := range alerts.Alerts {
+			if a.Labels["alertname"] == "GpuscopeConfigReloadFailed" && a.State == promv1.AlertStateFiring {
+				return nil
+			}
+		}
+		return fmt.Errorf("not firing: %v", alerts.Alerts)
+	})
+}
+
+// TestRulesExport: the built-in pack comes out as rule files that
+// `check rules` accepts.
+func TestRulesExport(t *testing.T) {
+	dir := t.TempDir()
+	out, code := run(t, "rules", "export", dir)
+	require.Equal(t, 0, code, out)
+	files, err := filepath.Glob(filepath.Join(dir, "*.yml"))
+	require.NoError(t, err)
+	require.Len(t, files, 5)
+	all := filepath.Join(t.TempDir(), "all.yml")
+	out, code = run(t, "rules", "export")
+	require.Equal(t, 0, code)
+	require.NoError(t, os.WriteFile(all, []byte(out), 0o644))
+	out, code = run(t, append([]string{"check", "rules", all}, files...)...)
+	require.Equal(t, 0, code, out)
+	require.Equal(t, 6, strings.Count(out, "SUCCESS"), out)
+}
