@@ -1,0 +1,485 @@
+// Package bench holds benchmarks that need a whole appliance's worth of
+// data; scripts beside it measure running processes.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/promql/parser/posrange"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/dashboards"
+	"github.com/gpuscope/gpuscope/query"
+)
+
+// The appliance the source document's small cluster would have: 16 nodes
+// of 8 GPUs, ten containers per node, scraped every 15 s for 24 hours.
+const (
+	nodes          = 16
+	gpusPerNode    = 8
+	containersNode = 10
+	scrape         = 15 * time.Second
+	span           = 24 * time.Hour
+	// Grafana panels are about this many pixels wide; maxDataPoints is
+	// the panel width, so a 24 h view asks for a 1m step.
+	maxDataPoints = 1000
+	// Browsers run about six requests to one host at a time.
+	concurrency = 6
+)
+
+// BenchmarkDashboardLoad measures the time to run every query of each
+// built-in dashboard over 24 h (Grafana's default resolution, variables on
+// All, six queries in flight), once as shipped (reading the recording
+// rules) and once with every recording rule expanded into its raw
+// expression, as Grafana's "expand recording rules" would.
+//
+//	go test -run '^$' -bench BenchmarkDashboardLoad -benchtime 5x -count 3 -timeout 60m ./bench/
+//
+// The first run generates the data (about 37 M samples) into
+// $TMPDIR/gpuscope-bench-dashboards and reuses it after.
+func BenchmarkDashboardLoad(b *testing.B) {
+	db, end := benchData(b)
+	engine := promql.NewEngine(promql.EngineOpts{
+		MaxSamples:               500_000_000,
+		Timeout:                  10 * time.Minute,
+		LookbackDelta:            5 * time.Minute,
+		EnableAtModifier:         true,
+		EnableNegativeOffset:     true,
+		NoStepSubqueryIntervalFn: func(int64) int64 { return scrape.Milliseconds() },
+	})
+	set, err := dashboards.Build()
+	require.NoError(b, err)
+	records := recordingRules(b)
+	r := dashboards.TimeRange{From: end.Add(-span), To: end, MaxDataPoints: maxDataPoints, ScrapeInterval: scrape}
+
+	for _, s := range set.List() {
+		qs := dashboardQueries(b, set, s.UID, db, engine, r)
+		for _, variant := range []string{"recorded", "raw"} {
+			run := qs
+			if variant == "raw" {
+				run = make([]benchQuery, len(qs))
+				for i, q := range qs {
+					run[i] = q
+					run[i].expr = expandRecordingRules(b, q.expr, records)
+				}
+			}
+			b.Run(s.UID+"/"+variant, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					loadDashboard(b, engine, db, run, r)
+				}
+				b.ReportMetric(float64(len(run)), "queries")
+			})
+		}
+	}
+}
+
+type benchQuery struct {
+	panel, expr string
+	instant     bool
+}
+
+// dashboardQueries expands a dashboard's targets with every variable on
+// All, its values read from the data as Grafana's label_values does.
+func dashboardQueries(b *testing.B, set *dashboards.Set, uid string, db *tsdb.DB, engine *promql.Engine, r dashboards.TimeRange) []benchQuery {
+	d, _ := set.Dashboard(uid)
+	vars := map[string]dashboards.Selection{}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		sel, label, err := dashboards.LabelValuesQuery(*v.Query.String)
+		require.NoError(b, err)
+		vals := labelValues(b, db, engine, dashboards.Interpolate(sel, vars, r), label, r.To)
+		vars[v.Name] = dashboards.Selection{Variable: dashboards.Variable{Name: v.Name, Multi: true, IncludeAll: true}, Values: vals, All: true}
+	}
+	var out []benchQuery
+	for _, p := range d.Panels {
+		if p.Panel == nil {
+			continue
+		}
+		for _, t := range p.Panel.Targets {
+			q := t.(prometheus.Dataquery)
+			out = append(out, benchQuery{panel: *p.Panel.Title, expr: dashboards.Interpolate(q.Expr, vars, r), instant: q.Instant != nil && *q.Instant})
+		}
+	}
+	return out
+}
+
+func labelValues(b *testing.B, db *tsdb.DB, engine *promql.Engine, selector, label string, at time.Time) []string {
+	q, err := engine.NewInstantQuery(context.Background(), db, nil, fmt.Sprintf("count by (%s) ({__name__!=\"\"} and %s)", label, selector), at)
+	require.NoError(b, err)
+	res := q.Exec(context.Background())
+	require.NoError(b, res.Err)
+	vec, _ := res.Vector()
+	var vals []string
+	for _, s := range vec {
+		vals = append(vals, s.Metric.Get(label))
+	}
+	sort.Strings(vals)
+	q.Close()
+	return vals
+}
+
+// loadDashboard runs all queries, six at a time, as a browser would.
+func loadDashboard(b *testing.B, engine *promql.Engine, db *tsdb.DB, qs []benchQuery, r dashboards.TimeRange) {
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(qs))
+	for _, q := range qs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(q benchQuery) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var (
+				pq  promql.Query
+				err error
+			)
+			if q.instant {
+				pq, err = engine.NewInstantQuery(context.Background(), db, nil, q.expr, r.To)
+			} else {
+				pq, err = engine.NewRangeQuery(context.Background(), db, nil, q.expr, r.From, r.To, r.Interval())
+			}
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", q.panel, err)
+				return
+			}
+			if res := pq.Exec(context.Background()); res.Err != nil {
+				errs <- fmt.Errorf("%s: %w\n%s", q.panel, res.Err, q.expr)
+			}
+			pq.Close()
+		}(q)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// recordingRule is one definition of a recorded series.
+type recordingRule struct {
+	expr   string
+	labels map[string]string
+}
+
+func recordingRules(b testing.TB) map[string][]recordingRule {
+	p := parser.NewParser(parser.Options{})
+	out := map[string][]recordingRule{}
+	for _, f := range query.Pack() {
+		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
+		require.Empty(b, errs, f.Name)
+		for _, g := range rgs.Groups {
+			for _, r := range g.Rules {
+				if r.Record != "" {
+					out[r.Record] = append(out[r.Record], recordingRule{expr: r.Expr, labels: r.Labels})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// expandRecordingRules replaces every recorded series in expr by the
+// expression that records it, with the selector's label matchers pushed
+// into that expression's selectors; a series recorded by several rules
+// (one per label value) becomes their union.
+func expandRecordingRules(b testing.TB, expr string, records map[string][]recordingRule) string {
+	p := parser.NewParser(parser.Options{})
+	for depth := 0; depth < 10; depth++ {
+		e, err := p.ParseExpr(expr)
+		require.NoError(b, err, expr)
+		type edit struct {
+			pos  posrange.PositionRange
+			text string
+		}
+		var edits []edit
+		parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok || records[vs.Name] == nil {
+				return nil
+			}
+			if len(path) > 0 {
+				if _, inRange := path[len(path)-1].(*parser.MatrixSelector); inRange {
+					b.Fatalf("recorded series %s used in a range selector; expand it by hand", vs.Name)
+				}
+			}
+			var parts []string
+			for _, r := range records[vs.Name] {
+				re, err := p.ParseExpr(r.expr)
+				require.NoError(b, err)
+				parser.Inspect(re, func(n parser.Node, _ []parser.Node) error {
+					if inner, ok := n.(*parser.VectorSelector); ok {
+						for _, m := range vs.LabelMatchers {
+							if m.Name != labels.MetricName {
+								inner.LabelMatchers = append(inner.LabelMatchers, m)
+							}
+						}
+					}
+					return nil
+				})
+				text := "(" + re.String() + ")"
+				for k, v := range r.labels {
+					text = fmt.Sprintf(`label_replace(%s, %q, %q, "", "")`, text, k, v)
+				}
+				parts = append(parts, text)
+			}
+			edits = append(edits, edit{pos: vs.PositionRange(), text: "(" + strings.Join(parts, " or ") + ")"})
+			return nil
+		})
+		if len(edits) == 0 {
+			return expr
+		}
+		sort.Slice(edits, func(i, j int) bool { return edits[i].pos.Start > edits[j].pos.Start })
+		for _, ed := range edits {
+			expr = expr[:ed.pos.Start] + ed.text + expr[ed.pos.End:]
+		}
+	}
+	b.Fatalf("recording rules nest deeper than 10 levels: %s", expr)
+	return ""
+}
+
+// benchData opens (generating on first use) the 24-hour data set with the
+// recording rules backfilled.
+func benchData(b *testing.B) (*tsdb.DB, time.Time) {
+	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards")
+	opts := tsdb.DefaultOptions()
+	opts.RetentionDuration = 0
+	opts.OutOfOrderTimeWindow = (span + time.Hour).Milliseconds()
+	stamp := filepath.Join(dir, "complete")
+	end := time.Now().Truncate(time.Hour)
+	if t, err := os.ReadFile(stamp); err == nil {
+		end, _ = time.Parse(time.RFC3339, string(t))
+	} else {
+		require.NoError(b, os.RemoveAll(dir))
+		db, err := tsdb.Open(dir, nil, nil, opts, nil)
+		require.NoError(b, err)
+		start := time.Now()
+		n := generate(b, db, end)
+		b.Logf("generated %d samples in %s", n, time.Since(start).Round(time.Second))
+		start = time.Now()
+		n = backfill(b, db, end)
+		b.Logf("backfilled %d recording-rule samples in %s", n, time.Since(start).Round(time.Second))
+		require.NoError(b, db.Compact(context.Background()))
+		require.NoError(b, db.Close())
+		require.NoError(b, os.WriteFile(stamp, []byte(end.Format(time.RFC3339)), 0o644))
+	}
+	db, err := tsdb.Open(dir, nil, nil, opts, nil)
+	require.NoError(b, err)
+	b.Cleanup(func() { db.Close() })
+	return db, end
+}
+
+type series struct {
+	ls    labels.Labels
+	value func(t time.Time, step int) float64
+}
+
+// generate appends 24 h of synthetic samples in time order, as scrapes
+// would, for the series the dashboards and rules read.
+func generate(b *testing.B, db *tsdb.DB, end time.Time) int {
+	var all []series
+	add := func(value func(t time.Time, step int) float64, kv ...string) {
+		all = append(all, series{ls: labels.FromStrings(kv...), value: value})
+	}
+	wave := func(period time.Duration, phase, lo, hi float64) func(time.Time, int) float64 {
+		return func(t time.Time, _ int) float64 {
+			x := math.Sin(2*math.Pi*float64(t.Unix())/period.Seconds() + phase)
+			return lo + (hi-lo)*(0.5+0.5*x)
+		}
+	}
+	constant := func(v float64) func(time.Time, int) float64 { return func(time.Time, int) float64 { return v } }
+	counter := func(perSecond float64) func(time.Time, int) float64 {
+		return func(_ time.Time, step int) float64 { return perSecond * scrape.Seconds() * float64(step) }
+	}
+	reasons := []string{"gpu_idle", "clocks_setting", "power_cap", "hw_slowdown", "sync_boost", "sw_thermal", "hw_thermal", "hw_power_brake", "display_clocks"}
+	for n := 1; n <= nodes; n++ {
+		inst := fmt.Sprintf("node-%02d", n)
+		add(constant(64), "__name__", "machine_cpu_cores", "instance", inst, "job", "node-cadvisor")
+		for job, path := range map[string]string{"node-gpu": "/metrics/gpu", "node-cadvisor": "/metrics/cadvisor", "node-agent": "/metrics"} {
+			_ = path
+			add(constant(1), "__name__", "up", "instance", inst, "job", job)
+			add(wave(time.Hour, float64(n), 0.005, 0.05), "__name__", "scrape_duration_seconds", "instance", inst, "job", job)
+			add(constant(800), "__name__", "scrape_samples_scraped", "instance", inst, "job", job)
+		}
+		for g := 0; g < gpusPerNode; g++ {
+			phase := float64(n*gpusPerNode + g)
+			util := wave(3*time.Hour, phase, 5, 98)
+			gl := []string{"instance", inst, "job", "node-gpu", "gpu", fmt.Sprint(g), "UUID", fmt.Sprintf("GPU-%02d-%d", n, g),
+				"pci_bus_id", fmt.Sprintf("00000000:%02X:00.0", 0x18+g), "device", fmt.Sprintf("nvidia%d", g),
+				"modelName", "NVIDIA H100 80GB HBM3", "Hostname", inst, "DCGM_FI_DRIVER_VERSION", "580.105.08"}
+			gpu := func(name string, v func(time.Time, int) float64, extra ...string) {
+				add(v, append(append([]string{"__name__", name}, gl...), extra...)...)
+			}
+			gpu("DCGM_FI_DEV_GPU_UTIL", util)
+			gpu("DCGM_FI_DEV_FB_TOTAL", constant(81559))
+			gpu("DCGM_FI_DEV_FB_USED", wave(6*time.Hour, phase, 10000, 78000))
+			gpu("DCGM_FI_DEV_FB_FREE", wave(6*time.Hour, phase+math.Pi, 3000, 71000))
+			gpu("DCGM_FI_DEV_GPU_TEMP", wave(3*time.Hour, phase, 35, 80))
+			gpu("DCGM_FI_DEV_MEMORY_TEMP", wave(3*time.Hour, phase, 40, 85))
+			gpu("DCGM_FI_DEV_POWER_USAGE", wave(3*time.Hour, phase, 90, 690))
+			gpu("DCGM_FI_DEV_SM_CLOCK", constant(1980))
+			gpu("DCGM_FI_DEV_MEM_CLOCK", constant(2619))
+			gpu("DCGM_FI_DEV_MEM_COPY_UTIL", wave(3*time.Hour, phase, 2, 60))
+			gpu("DCGM_FI_DEV_XID_ERRORS", constant(0), "err_code", "0", "err_msg", "No Error")
+			gpu("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", wave(time.Hour, phase, 0, 4000))
+			gpu("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", wave(3*time.Hour, phase, 0, 0.8))
+			gpu("DCGM_FI_PROF_DRAM_ACTIVE", wave(3*time.Hour, phase, 0.05, 0.7))
+			gpu("gpuscope_gpu_pcie_tx_bytes_per_second", wave(time.Hour, phase, 1e8, 2e10))
+			gpu("gpuscope_gpu_pcie_rx_bytes_per_second", wave(time.Hour, phase+1, 1e8, 2e10))
+			gpu("gpuscope_gpu_pcie_max_bandwidth_bytes_per_second", constant(63.008e9))
+			for _, reason := range reasons {
+				gpu("gpuscope_gpu_clock_event_active", constant(0), "reason", reason)
+			}
+			id := fmt.Sprintf("/gpuscope-bench/c%d", g%containersNode)
+			gpu("gpuscope_gpu_container_memory_used_bytes", wave(6*time.Hour, phase, 1e10, 7.8e10), "id", id, "name", "", "image", "")
+			gpu("gpuscope_gpu_container_sm_utilization_percent", util, "id", id, "name", "", "image", "")
+		}
+		for c := 0; c < containersNode; c++ {
+			id := fmt.Sprintf("/gpuscope-bench/c%d", c)
+			cl := []string{"instance", inst, "job", "node-cadvisor", "id", id}
+			ctr := func(name string, v func(time.Time, int) float64, extra ...string) {
+				add(v, append(append([]string{"__name__", name}, cl...), extra...)...)
+			}
+			ctr("container_cpu_usage_seconds_total", counter(1.2+0.1*float64(c)), "cpu", "total")
+			ctr("container_spec_cpu_quota", constant(200000))
+			ctr("container_spec_cpu_period", constant(100000))
+			ctr("container_memory_working_set_bytes", wave(2*time.Hour, float64(c), 1e9, 7e9))
+			ctr("container_spec_memory_limit_bytes", constant(8<<30))
+			ctr("container_network_receive_bytes_total", counter(5e6), "interface", "eth0")
+			ctr("container_network_transmit_bytes_total", counter(2e6), "interface", "eth0")
+			ctr("container_fs_reads_bytes_total", counter(1e7), "device", "/dev/nvme0n1")
+			ctr("container_fs_writes_bytes_total", counter(3e6), "device", "/dev/nvme0n1")
+			ctr("container_cpu_cfs_periods_total", counter(10))
+			ctr("container_cpu_cfs_throttled_periods_total", counter(2))
+			ctr("container_pressure_io_waiting_seconds_total", counter(0.05))
+		}
+	}
+	self := []string{"instance", "appliance", "job", "gpuscope"}
+	for name, v := range map[string]func(time.Time, int) float64{
+		"prometheus_tsdb_head_series":             constant(6500),
+		"prometheus_tsdb_storage_blocks_bytes":    wave(24*time.Hour, 0, 1e8, 1e9),
+		"prometheus_tsdb_wal_storage_size_bytes":  wave(2*time.Hour, 0, 1e7, 1e8),
+		"prometheus_tsdb_retention_limit_seconds": constant(15 * 86400),
+		"prometheus_tsdb_lowest_timestamp_seconds": func(t time.Time, _ int) float64 {
+			return float64(end.Add(-span).Unix())
+		},
+		"process_cpu_seconds_total":     counter(0.05),
+		"process_resident_memory_bytes": wave(time.Hour, 0, 3e8, 4e8),
+		"go_memstats_heap_inuse_bytes":  wave(time.Hour, 0, 1e8, 2e8),
+	} {
+		add(v, append([]string{"__name__", name}, self...)...)
+	}
+	add(counter(430), append([]string{"__name__", "prometheus_tsdb_head_samples_appended_total", "type", "float"}, self...)...)
+	for _, g := range []string{"gpuscope.container", "gpuscope.diagnosis", "gpuscope.gpu"} {
+		add(wave(time.Hour, 0, 0.001, 0.02), append([]string{"__name__", "prometheus_rule_group_last_duration_seconds", "rule_group", g}, self...)...)
+		add(constant(0), append([]string{"__name__", "prometheus_rule_evaluation_failures_total", "rule_group", g}, self...)...)
+	}
+
+	steps := int(span / scrape)
+	samples := 0
+	refs := make([]uint64, len(all))
+	for step := 0; step <= steps; step++ {
+		t := end.Add(-span).Add(time.Duration(step) * scrape)
+		app := db.Appender(context.Background())
+		for i, s := range all {
+			ref, err := app.Append(storageRef(refs[i]), s.ls, t.UnixMilli(), s.value(t, step))
+			require.NoError(b, err)
+			refs[i] = uint64(ref)
+			samples++
+		}
+		require.NoError(b, app.Commit())
+	}
+	return samples
+}
+
+// backfill evaluates the pack's recording rules over the 24 hours at each
+// group's interval, in dependency order, and appends the results (what
+// promtool tsdb create-blocks-from rules does).
+func backfill(b *testing.B, db *tsdb.DB, end time.Time) int {
+	engine := promql.NewEngine(promql.EngineOpts{
+		MaxSamples: 500_000_000, Timeout: time.Hour, LookbackDelta: 5 * time.Minute,
+		NoStepSubqueryIntervalFn: func(int64) int64 { return scrape.Milliseconds() },
+	})
+	p := parser.NewParser(parser.Options{})
+	groups := map[string]rulefmt.RuleGroup{}
+	for _, f := range query.Pack() {
+		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
+		require.Empty(b, errs)
+		for _, g := range rgs.Groups {
+			groups[g.Name] = g
+		}
+	}
+	n := 0
+	for _, name := range []string{"gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly"} {
+		g, ok := groups[name]
+		require.True(b, ok, "rule group %s not in the pack", name)
+		interval := time.Duration(g.Interval)
+		if interval == 0 {
+			interval = scrape
+		}
+		for _, r := range g.Rules {
+			if r.Record == "" {
+				continue
+			}
+			q, err := engine.NewRangeQuery(context.Background(), db, nil, r.Expr, end.Add(-span), end, interval)
+			require.NoError(b, err, r.Record)
+			res := q.Exec(context.Background())
+			require.NoError(b, res.Err, r.Record)
+			m, _ := res.Matrix()
+			app := db.Appender(context.Background())
+			for _, s := range m {
+				lb := labels.NewBuilder(s.Metric)
+				lb.Set(labels.MetricName, r.Record)
+				for k, v := range r.Labels {
+					lb.Set(k, v)
+				}
+				ls := lb.Labels()
+				var ref uint64
+				for _, pt := range s.Floats {
+					r2, err := app.Append(storageRef(ref), ls, pt.T, pt.F)
+					require.NoError(b, err, r.Record)
+					ref = uint64(r2)
+					n++
+				}
+			}
+			require.NoError(b, app.Commit())
+			q.Close()
+		}
+	}
+	return n
+}
+
+func storageRef(r uint64) storage.SeriesRef { return storage.SeriesRef(r) }
+
+// TestExpandRecordingRules: the raw variant of a panel query is the
+// recording rule's own expression with the panel's matchers inside it.
+func TestExpandRecordingRules(t *testing.T) {
+	records := recordingRules(t)
+	got := expandRecordingRules(t, `gpu:dcgm_fi_dev_fb_used:ratio{gpu=~"(0|1)"} > 0.9`, records)
+	require.Equal(t, `((DCGM_FI_DEV_FB_USED{gpu=~"(0|1)"} / DCGM_FI_DEV_FB_TOTAL{gpu=~"(0|1)"})) > 0.9`, got)
+
+	got = expandRecordingRules(t, `count by (class) (gpu:bottleneck:class{instance="a"})`, records)
+	require.NotContains(t, got, "gpu:", "nested recording rules are expanded too: %s", got)
+	require.Contains(t, got, `label_replace(`)
+	require.Contains(t, got, `"class", "input-bound"`)
+	_, err := parser.NewParser(parser.Options{}).ParseExpr(got)
+	require.NoError(t, err)
+}
