@@ -28,6 +28,14 @@ func TestLoadNodes(t *testing.T) {
 			},
 		},
 		{
+			name:  "nodes: with no value",
+			input: "nodes:\n",
+			check: func(t *testing.T, n scrape.Nodes) {
+				require.False(t, n.Configured())
+				require.Equal(t, "http", n.Scheme)
+			},
+		},
+		{
 			name: "short and long forms, files, basic auth and TLS inline",
 			input: `nodes:
   static:
