@@ -1,0 +1,45 @@
+#!/bin/sh
+# deb postinst / rpm %post: enable the service and start it, or restart it
+# on upgrade. deb calls this with "configure" and the previously configured
+# version (empty on a first install); rpm with 1 (install) or 2 (upgrade).
+#
+# Enabling only writes symlinks and works in a chroot or an image build;
+# starting needs a running systemd, so it happens only where systemd is PID 1
+# (/run/systemd/system exists). A failed start is reported, not fatal: the
+# package stays installed and `journalctl -u gpuscope` says why.
+set -e
+
+case "$1" in
+    configure)
+        if [ -z "$2" ]; then action=install; else action=upgrade; fi ;;
+    1) action=install ;;
+    2) action=upgrade ;;
+    *) exit 0 ;;
+esac
+
+# Upgrades from packages that predate StateDirectory= or a changed user.
+chown gpuscope:gpuscope /var/lib/gpuscope
+chmod 0750 /var/lib/gpuscope
+
+command -v systemctl >/dev/null 2>&1 || exit 0
+
+if [ "$action" = install ]; then
+    systemctl enable gpuscope.service >/dev/null 2>&1 ||
+        echo "gpuscope: could not enable gpuscope.service; enable it with: systemctl enable --now gpuscope" >&2
+fi
+
+[ -d /run/systemd/system ] || exit 0
+
+systemctl daemon-reload || true
+if [ "$action" = install ]; then
+    verb=start
+else
+    verb=try-restart
+fi
+# deb-systemd-invoke honours policy-rc.d (image builds that forbid starts).
+if command -v deb-systemd-invoke >/dev/null 2>&1; then
+    deb-systemd-invoke "$verb" gpuscope.service || echo "gpuscope: $verb failed; see journalctl -u gpuscope" >&2
+else
+    systemctl "$verb" gpuscope.service || echo "gpuscope: $verb failed; see journalctl -u gpuscope" >&2
+fi
+exit 0
