@@ -237,6 +237,9 @@ alerting:
 	nctx, nstop := context.WithCancel(context.Background())
 	ndone := make(chan error, 1)
 	go func() { ndone <- n.Run(nctx) }()
+	// Alerts fired before discovery has found the Alertmanager are resent
+	// only after the resend delay (1m); start evaluating once it is known.
+	require.Eventually(t, func() bool { return len(n.Manager().Alertmanagers()) == 1 }, 30*time.Second, 50*time.Millisecond)
 	rctx, rstop := context.WithCancel(context.Background())
 	rdone := make(chan error, 1)
 	go func() { rdone <- r.Run(rctx) }()
