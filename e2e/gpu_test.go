@@ -113,4 +113,8 @@ func TestServeWithoutDriver(t *testing.T) {
 	v, err := p.instant(`DCGM_FI_DEV_GPU_TEMP`)
 	require.NoError(t, err)
 	require.Empty(t, v, "no GPU series without a driver")
+	v, err = p.instant(`gpuscope_gpu_collector_backend_info`)
+	require.NoError(t, err)
+	require.Len(t, v, 1)
+	require.Equal(t, model.LabelValue("none"), v[0].Metric["backend"], "auto found no driver: no backend, which GPUCollectorDown does not alert on")
 }

@@ -45,7 +45,8 @@ func TestAutoWithoutDriver(t *testing.T) {
 	require.NoError(t, <-done)
 
 	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
-	require.Equal(t, "nvml", gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"])
+	require.Equal(t, "none", gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"],
+		"auto without a driver runs no backend; GPUCollectorDown tells this from a broken one by it")
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {

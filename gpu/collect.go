@@ -115,6 +115,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Lock()
 	up, cycles, timeouts, lastDur, lastOK := c.up, c.cycles, c.timeouts, c.lastDur, c.lastOK
+	backend := d.backend
+	if c.noGPUs {
+		// auto found no driver: this machine runs without a GPU backend,
+		// which alerts (GPUCollectorDown) must tell from a broken one.
+		backend = BackendNone
+	}
 	errs := make([]errCount, 0, len(c.errCount))
 	for k, n := range c.errCount {
 		errs = append(errs, errCount{k, n})
@@ -122,7 +128,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 
 	ch <- prometheus.MustNewConstMetric(d.up, prometheus.GaugeValue, boolValue(up))
-	ch <- prometheus.MustNewConstMetric(d.backendInfo, prometheus.GaugeValue, 1, d.backend)
+	ch <- prometheus.MustNewConstMetric(d.backendInfo, prometheus.GaugeValue, 1, backend)
 	ch <- prometheus.MustNewConstMetric(d.cycles, prometheus.CounterValue, cycles)
 	ch <- prometheus.MustNewConstMetric(d.timeouts, prometheus.CounterValue, timeouts)
 	ch <- prometheus.MustNewConstMetric(d.lastDuration, prometheus.GaugeValue, lastDur)

@@ -58,9 +58,12 @@ type Collector struct {
 	opened     bool
 	lastErrMsg map[errKey]string
 
-	mu       sync.Mutex // guards the self-monitoring state below
-	up       bool
-	reason   string
+	mu     sync.Mutex // guards the self-monitoring state below
+	up     bool
+	reason string
+	// noGPUs is backend auto finding no driver: not a failure, a machine
+	// without NVIDIA GPUs; backend_info then says "none".
+	noGPUs   bool
 	errCount map[errKey]float64
 	cycles   float64
 	timeouts float64
@@ -259,6 +262,7 @@ func (c *Collector) setUp(up bool, reason error) {
 	c.mu.Lock()
 	changed := c.up != up || c.reason != msg
 	c.up, c.reason = up, msg
+	c.noGPUs = !up && c.auto && errors.Is(reason, errNoDriver)
 	c.mu.Unlock()
 	if !changed {
 		return
