@@ -132,16 +132,20 @@ var debParents = []string{"/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/lib/syst
 // TestDebAndRPM builds both packages with packaging/build.sh, compares
 // their contents, installs, upgrades, removes and purges the deb in a
 // Debian chroot, runs the installed binary as the service user until it is
-// ready, and installs and erases the rpm in the same chroot with rpm's own
-// scriptlet arguments. Nothing is installed on the machine running the
-// test, and no service is started.
+// ready, boots the chroot's own systemd (systemd-nspawn) to install the deb
+// where systemd runs and see the hardened unit start, and installs and
+// erases the rpm in the same chroot with rpm's own scriptlet arguments.
+// Nothing is installed on, and no service started on, the machine running
+// the test.
 func TestDebAndRPM(t *testing.T) {
-	pkgtest.Require(t, true, "go", "git", "bash", "dpkg-deb", "rpm", "debootstrap", "chroot", "objdump")
+	pkgtest.Require(t, true, "go", "git", "bash", "dpkg-deb", "rpm", "debootstrap", "chroot", "objdump", "systemd-nspawn")
 	repo := pkgtest.RepoRoot(t)
 	start := time.Now()
 
 	// The chroot downloads while the binary compiles.
-	rootfs := pkgtest.StartDebootstrap(t, "systemd", "procps")
+	// systemd: systemctl enable in the chroot, then booting it; dbus: what
+	// systemctl poweroff reaches logind by; procps: /bin/kill (ExecReload).
+	rootfs := pkgtest.StartDebootstrap(t, "systemd", "dbus", "procps")
 
 	dist := t.TempDir()
 	version := strings.TrimSpace(pkgtest.Run(t, pkgtest.Cmd{Dir: repo}, "packaging/build.sh", "version"))
@@ -287,6 +291,52 @@ func TestDebAndRPM(t *testing.T) {
 		chroot("id", "gpuscope")
 	})
 
+	step("deb under a running systemd", func(t *testing.T) {
+		// The chroot boots its own systemd (252) as PID 1 in a container;
+		// a oneshot unit installs the deb there, so the postinst sees
+		// systemd running and must start the hardened unit, and records
+		// what it sees, then powers off.
+		// /root, not /tmp: the booted systemd mounts a fresh /tmp.
+		b, err := os.ReadFile(deb)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(root, "root", filepath.Base(deb)), b, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(root, "usr/local/bin/gpuscope-check"), []byte(systemdCheck(filepath.Base(deb))), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, "etc/systemd/system/gpuscope-check.service"), []byte(`[Unit]
+Description=install gpuscope under systemd and record what happens
+After=multi-user.target
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/gpuscope-check
+[Install]
+WantedBy=default.target
+`), 0o644))
+		chroot("systemctl", "enable", "gpuscope-check.service")
+		bootNspawn(t, root, 5*time.Minute)
+		out, err := os.ReadFile(filepath.Join(root, "root/gpuscope-check.out"))
+		require.NoError(t, err, "the check unit wrote nothing: did the container boot?")
+		journal, _ := os.ReadFile(filepath.Join(root, "root/gpuscope.journal"))
+		got := map[string]string{}
+		for line := range strings.SplitSeq(string(out), "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok && !strings.Contains(k, " ") {
+				got[k] = strings.TrimSpace(v)
+			}
+		}
+		want := map[string]string{
+			"active-after-install":  "active",
+			"enabled-after-install": "enabled",
+			"ready":                 "yes",
+			"user":                  "gpuscope",
+			"capeff":                "0000000000000000",
+			"active-after-reload":   "active",
+			"active-after-remove":   "inactive",
+			"data-after-remove":     "present",
+			"data-after-purge":      "gone",
+		}
+		for k, v := range want {
+			require.Equal(t, v, got[k], "%s\n--- check output:\n%s\n--- journal of gpuscope.service:\n%s", k, out, journal)
+		}
+	})
+
 	step("rpm install and erase", func(t *testing.T) {
 		// rpm runs the scriptlets inside --root with its own arguments
 		// (1 = install, 0 = erase); --nodeps because this rpm database
@@ -303,6 +353,61 @@ func TestDebAndRPM(t *testing.T) {
 		require.FileExists(t, filepath.Join(dataDir, "keep"), "rpm -e keeps the data")
 	})
 	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+// systemdCheck is the script the check unit runs inside the booted
+// container: it installs the deb and reports key=value lines.
+func systemdCheck(deb string) string {
+	return `#!/bin/bash
+exec > /root/gpuscope-check.out 2>&1
+ready() {
+	exec 3<>/dev/tcp/127.0.0.1/9089 || return 1
+	printf 'GET /-/ready HTTP/1.0\r\n\r\n' >&3
+	grep -q 'gpuscope is Ready' <&3
+	local ok=$?
+	exec 3<&-
+	return $ok
+}
+dpkg -i /root/` + deb + `
+echo "active-after-install=$(systemctl is-active gpuscope.service)"
+echo "enabled-after-install=$(systemctl is-enabled gpuscope.service)"
+r=no
+for i in $(seq 90); do if ready 2>/dev/null; then r=yes; break; fi; sleep 1; done
+echo "ready=$r"
+pid=$(systemctl show -p MainPID --value gpuscope.service)
+echo "user=$(ps -o user= -p "$pid")"
+echo "capeff=$(awk '/^CapEff/ {print $2}' /proc/$pid/status)"
+systemctl reload gpuscope.service
+sleep 2
+echo "active-after-reload=$(systemctl is-active gpuscope.service)"
+journalctl -u gpuscope.service --no-pager > /root/gpuscope.journal
+dpkg --remove gpuscope
+echo "active-after-remove=$(systemctl is-active gpuscope.service)"
+if [ -d /var/lib/gpuscope/wal ]; then echo data-after-remove=present; else echo data-after-remove=missing; fi
+dpkg --purge gpuscope
+if [ -e /var/lib/gpuscope ]; then echo data-after-purge=present; else echo data-after-purge=gone; fi
+systemctl disable gpuscope-check.service
+systemctl poweroff
+`
+}
+
+// bootNspawn boots root's systemd with systemd-nspawn and waits for it to
+// power off. Outside a systemd host there is no bus to register the
+// machine or a scope with, so nspawn keeps the test's own cgroup.
+func bootNspawn(t *testing.T, root string, timeout time.Duration) {
+	t.Helper()
+	args := []string{"--quiet", "--register=no", "--directory=" + root, "--boot"}
+	if _, err := os.Stat("/run/systemd/system"); err != nil {
+		args = append([]string{"--keep-unit"}, args...)
+	}
+	_, statErr := os.Stat("/run/systemd/nspawn")
+	out, errOut, err := pkgtest.Cmd{Timeout: timeout}.Output("systemd-nspawn", args...)
+	if statErr != nil {
+		// nspawn leaves its lock and propagation directories behind.
+		_ = os.RemoveAll("/run/systemd/nspawn")
+	}
+	pkgtest.RefuseMounts(t, root)
+	require.NoError(t, err, "systemd-nspawn %s\n%s%s", strings.Join(args, " "), out, errOut)
 }
 
 // debVersion is the Version nfpm writes for a semver: the prerelease after
