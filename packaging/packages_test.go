@@ -149,7 +149,7 @@ func TestDebAndRPM(t *testing.T) {
 
 	dist := t.TempDir()
 	version := strings.TrimSpace(pkgtest.Run(t, pkgtest.Cmd{Dir: repo}, "packaging/build.sh", "version"))
-	pkgtest.Run(t, pkgtest.Cmd{Dir: repo, Env: []string{"DIST=" + dist, "NO_DOCKER=1"}, Timeout: 15 * time.Minute},
+	pkgtest.Run(t, pkgtest.Cmd{Dir: repo, Env: []string{"DIST=" + dist, "NO_DOCKER=1"}, Timeout: 15 * time.Minute, Background: true},
 		"packaging/build.sh", "all")
 	t.Logf("packaging/build.sh all (binary, deb, rpm): %s", time.Since(start).Round(time.Second))
 	deb := filepath.Join(dist, "gpuscope_"+version+"_amd64.deb")
@@ -259,7 +259,7 @@ func TestDebAndRPM(t *testing.T) {
 	step("deb upgrade keeps an edited config and the data", func(t *testing.T) {
 		dist2 := t.TempDir()
 		const next = "99.0.0"
-		pkgtest.Run(t, pkgtest.Cmd{Dir: repo, Env: []string{"DIST=" + dist2, "VERSION=" + next}, Timeout: 15 * time.Minute},
+		pkgtest.Run(t, pkgtest.Cmd{Dir: repo, Env: []string{"DIST=" + dist2, "VERSION=" + next}, Timeout: 15 * time.Minute, Background: true},
 			"packaging/build.sh", "deb")
 		f, err := os.OpenFile(config, os.O_APPEND|os.O_WRONLY, 0)
 		require.NoError(t, err)
