@@ -122,14 +122,15 @@ kb() { awk -v k="$2:" '$1==k{print $2}' "/proc/$1/status"; }
 series=$(query 'prometheus_tsdb_head_series')
 heap=$(query 'go_memstats_heap_inuse_bytes{job="gpuscope"}')
 samples=$(query 'sum(scrape_samples_scraped{job=~"node-.*"})')
+recorded=$(query 'count({__name__=~".+:.+"})')
 bseries=$(query 'prometheus_tsdb_head_series' "$bport")
 bheap=$(query 'go_memstats_heap_inuse_bytes{job="gpuscope"}' "$bport")
 awk -v c0="${c0[$pid]}" -v c1="$(cpu "$pid")" -v hz="$ticks" -v wall="$wall" \
-  -v rss="$(kb "$pid" VmRSS)" -v hwm="$(kb "$pid" VmHWM)" -v anon="$(kb "$pid" RssAnon)" -v s="$series" -v heap="$heap" -v smp="$samples" \
+  -v rss="$(kb "$pid" VmRSS)" -v hwm="$(kb "$pid" VmHWM)" -v anon="$(kb "$pid" RssAnon)" -v s="$series" -v heap="$heap" -v smp="$samples" -v rec="$recorded" \
   -v brss="$(kb "$bpid" VmRSS)" -v bs="$bseries" -v bheap="$bheap" 'BEGIN{
   cpu=(c1-c0)/hz
-  printf "appliance: window=%.0fs cpu=%.1fs core%%=%.2f rss=%.0fMB (anon %.0fMB) peak_rss=%.0fMB heap_inuse=%.0fMB head_series=%d samples_per_scrape_round=%d\n",
-    wall, cpu, 100*cpu/wall, rss/1024, anon/1024, hwm/1024, heap/1048576, s, smp
+  printf "appliance: window=%.0fs cpu=%.1fs core%%=%.2f rss=%.0fMB (anon %.0fMB) peak_rss=%.0fMB heap_inuse=%.0fMB head_series=%d samples_per_scrape_round=%d recorded_series=%d\n",
+    wall, cpu, 100*cpu/wall, rss/1024, anon/1024, hwm/1024, heap/1048576, s, smp, rec
   printf "per active series: rss=%.2fKB heap=%.2fKB; marginal over a node-less appliance (rss=%.0fMB, %d series): rss=%.2fKB heap=%.2fKB\n",
     rss*1024/s/1000, heap/s/1000, brss/1024, bs, (rss-brss)*1024/(s-bs)/1000, (heap-bheap)/(s-bs)/1000 }'
 
