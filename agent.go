@@ -5,21 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/version"
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/gpu"
-	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 	"github.com/gpuscope/gpuscope/web"
 )
 
@@ -61,37 +55,26 @@ func runAgent(f *agentFlags, logger *slog.Logger) error {
 // agent is `gpuscope agent`: the collectors and the web handler, nothing
 // else. The appliance's node-* jobs scrape it.
 type agent struct {
-	logger   *slog.Logger
-	nodeName string
-	cfg      *config.Config
-	listener net.Listener
-	web      *web.Handler
-	cadvisor *cadvisor.Collector
-	gpu      *gpu.Collector
+	logger     *slog.Logger
+	nodeName   string
+	cfg        *config.Config
+	listener   net.Listener
+	web        *web.Handler
+	collectors *nodeCollectors
 }
 
 func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
-	a := &agent{logger: logger, nodeName: f.nodeName}
-	if a.nodeName == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("read host name (set --node.name): %w", err)
-		}
-		a.nodeName = h
-	}
-
+	a := &agent{logger: logger}
 	var err error
+	if a.nodeName, err = resolveNodeName(f.nodeName); err != nil {
+		return nil, err
+	}
 	if f.configFile == "" {
 		a.cfg = config.Default(logger)
 	} else if a.cfg, err = config.LoadFile(f.configFile, logger); err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	if f.demo {
-		a.cfg.GPU = gpu.DemoConfig()
-	}
-	if f.gpuBackend != "" {
-		a.cfg.GPU.Backend = f.gpuBackend
-	}
+	applyGPUFlags(a.cfg, f.demo, f.gpuBackend)
 	applyGoGC(a.cfg.Prometheus, logger)
 	if !f.listenSet && a.cfg.Web.ListenAddress != "" {
 		f.listenAddress = a.cfg.Web.ListenAddress
@@ -100,52 +83,11 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 	if a.listener, err = web.Listen(f.listenAddress); err != nil {
 		return nil, err
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versioncollector.NewCollector("gpuscope"),
-	)
-
-	// Every endpoint is served even with its collector off, empty, so the
-	// appliance's node-* targets of this node are all up and TargetDown
-	// means the node, not a choice made in its config.
-	cadvisorHandler := emptyMetrics()
-	if a.cfg.Cadvisor.Enabled {
-		a.cadvisor, err = cadvisor.New(cadvisor.Options{
-			Config:   a.cfg.Cadvisor,
-			Interval: a.cfg.ScrapeInterval(),
-			Logger:   logger.With("component", "cadvisor"),
-		})
-		if err != nil {
-			a.listener.Close()
-			return nil, err
-		}
-		cadvisorHandler = a.cadvisor.Handler()
+	if a.collectors, err = newNodeCollectors(a.cfg, a.nodeName, logger); err != nil {
+		a.listener.Close()
+		return nil, err
 	}
-	gpuHandler := emptyMetrics()
-	if a.cfg.GPU.Backend != gpu.BackendNone {
-		var lookup func(string) (string, string, bool)
-		if a.cadvisor != nil {
-			lookup = a.cadvisor.Lookup
-		}
-		a.gpu, err = gpu.New(gpu.Options{
-			Config:          a.cfg.GPU,
-			Interval:        a.cfg.GPUInterval(),
-			Hostname:        a.nodeName,
-			Logger:          logger.With("component", "gpu"),
-			ContainerLookup: lookup,
-		})
-		if err != nil {
-			a.listener.Close()
-			return nil, err
-		}
-		gpuReg := prometheus.NewRegistry()
-		gpuReg.MustRegister(a.gpu)
-		gpuHandler = promhttp.HandlerFor(gpuReg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	}
-
+	reg := newSelfRegistry()
 	a.web = web.New(web.Options{
 		Logger:        logger.With("component", "web"),
 		ListenAddress: f.listenAddress,
@@ -157,14 +99,8 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 		API:                 nil,
 		Status:              a.statusLines,
 	})
-	a.web.MountMetrics("/metrics/cadvisor", cadvisorHandler)
-	a.web.MountMetrics("/metrics/gpu", gpuHandler)
+	a.collectors.mount(a.web)
 	return a, nil
-}
-
-// emptyMetrics serves a valid, empty exposition.
-func emptyMetrics() http.Handler {
-	return promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
 }
 
 func (a *agent) run(ctx context.Context) (err error) {
@@ -183,16 +119,11 @@ func (a *agent) run(ctx context.Context) (err error) {
 		}
 	}
 	group.start("web", a.web.Run, fail("web"), a.listener)
-	if a.cadvisor != nil {
-		group.start("cadvisor", func(ctx context.Context, _ net.Listener) error { return a.cadvisor.Run(ctx) }, fail("cadvisor"), nil)
-	}
-	if a.gpu != nil {
-		group.start("gpu", func(ctx context.Context, _ net.Listener) error { return a.gpu.Run(ctx) }, fail("gpu"), nil)
-	}
+	a.collectors.start(&group, fail)
 	a.web.SetReady(true)
 	a.logger.Info("gpuscope agent is ready; list it in the appliance's nodes: section",
 		"listen", a.listener.Addr().String(), "node", a.nodeName,
-		"cadvisor", a.cadvisor != nil, "gpu_backend", a.cfg.GPU.Backend)
+		"cadvisor", a.collectors.cadvisor != nil, "gpu_backend", a.cfg.GPU.Backend)
 
 	// SIGHUP would end a Go program; an agent reloads nothing (its
 	// settings take effect at start), so it says so and goes on.

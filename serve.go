@@ -22,9 +22,6 @@ import (
 	"github.com/alecthomas/units"
 	"github.com/grafana/regexp"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/version"
 	promconfig "github.com/prometheus/prometheus/config"
@@ -41,7 +38,6 @@ import (
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
-	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 	"github.com/gpuscope/gpuscope/storage"
 	"github.com/gpuscope/gpuscope/web"
 )
@@ -143,19 +139,18 @@ type appliance struct {
 	nodeName string
 	registry *prometheus.Registry
 
-	listener net.Listener
-	lock     fileutil.Releaser
-	selfAddr string
-	web      *web.Handler
-	ready    *storage.Ready
-	remote   *storage.Remote
-	fanout   promstorage.Storage // TSDB + remote storage: scrape, rule and push appends, queries
-	engine   *query.Engine
-	scraper  *scrape.Scraper
-	notifier *query.Notifier
-	rules    *query.Rules
-	cadvisor *cadvisor.Collector
-	gpu      *gpu.Collector
+	listener   net.Listener
+	lock       fileutil.Releaser
+	selfAddr   string
+	web        *web.Handler
+	ready      *storage.Ready
+	remote     *storage.Remote
+	fanout     promstorage.Storage // TSDB + remote storage: scrape, rule and push appends, queries
+	engine     *query.Engine
+	scraper    *scrape.Scraper
+	notifier   *query.Notifier
+	rules      *query.Rules
+	collectors *nodeCollectors
 
 	config         atomic.Pointer[config.Config]
 	reloadSuccess  prometheus.Gauge
@@ -165,14 +160,10 @@ type appliance struct {
 }
 
 func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
-	a := &appliance{flags: f, logger: logger, registry: prometheus.NewRegistry()}
-	a.nodeName = f.nodeName
-	if a.nodeName == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("read host name (set --node.name): %w", err)
-		}
-		a.nodeName = h
+	a := &appliance{flags: f, logger: logger, registry: newSelfRegistry()}
+	var err error
+	if a.nodeName, err = resolveNodeName(f.nodeName); err != nil {
+		return nil, err
 	}
 
 	cfg, err := a.loadConfig("localhost:0")
@@ -207,11 +198,6 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		return nil, err
 	}
 
-	a.registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versioncollector.NewCollector("gpuscope"),
-	)
 	a.reloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "gpuscope_config_last_reload_successful",
 		Help: "Whether the last configuration reload attempt was successful.",
@@ -222,34 +208,9 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 	})
 	a.registry.MustRegister(a.reloadSuccess, a.reloadTime)
 
-	if cfg.Cadvisor.Enabled {
-		a.cadvisor, err = cadvisor.New(cadvisor.Options{
-			Config:   cfg.Cadvisor,
-			Interval: cfg.ScrapeInterval(),
-			Logger:   logger.With("component", "cadvisor"),
-		})
-		if err != nil {
-			a.listener.Close()
-			return nil, err
-		}
-	}
-
-	if cfg.GPU.Backend != gpu.BackendNone {
-		var lookup func(string) (string, string, bool)
-		if a.cadvisor != nil {
-			lookup = a.cadvisor.Lookup
-		}
-		a.gpu, err = gpu.New(gpu.Options{
-			Config:          cfg.GPU,
-			Interval:        cfg.GPUInterval(),
-			Hostname:        a.nodeName,
-			Logger:          logger.With("component", "gpu"),
-			ContainerLookup: lookup,
-		})
-		if err != nil {
-			a.listener.Close()
-			return nil, err
-		}
+	if a.collectors, err = newNodeCollectors(cfg, a.nodeName, logger); err != nil {
+		a.listener.Close()
+		return nil, err
 	}
 
 	// The data directory is locked before the engine rewrites its active
@@ -392,14 +353,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		return nil, err
 	}
 	a.web.MountDashboards(boards)
-	if a.cadvisor != nil {
-		a.web.MountMetrics("/metrics/cadvisor", a.cadvisor.Handler())
-	}
-	if a.gpu != nil {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(a.gpu)
-		a.web.MountMetrics("/metrics/gpu", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	}
+	a.collectors.mount(a.web)
 	a.config.Store(cfg)
 	return a, nil
 }
@@ -443,14 +397,11 @@ func (a *appliance) loadConfig(selfAddr string) (*config.Config, error) {
 	} else if cfg, err = config.LoadFile(a.flags.configFile, a.logger); err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
+	applyGPUFlags(cfg, a.flags.demo, a.flags.gpuBackend)
 	if a.flags.demo {
-		cfg.GPU = gpu.DemoConfig()
 		// The built-in rules run as fast as the simulated GPUs, so that
 		// the demo's alerts fire within minutes.
 		cfg.Rules.Builtin.TimeScale = cfg.GPU.Sim.TimeScale
-	}
-	if a.flags.gpuBackend != "" {
-		cfg.GPU.Backend = a.flags.gpuBackend
 	}
 	if err := scrape.AddBuiltinJobs(cfg.Prometheus, builtinJobs(cfg, selfAddr, a.nodeName)); err != nil {
 		return nil, fmt.Errorf("load config %s: %w", a.flags.configFile, err)
@@ -485,12 +436,7 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	}
 
 	group.start("web", a.web.Run, fail("web"), a.listener)
-	if a.cadvisor != nil {
-		group.start("cadvisor", func(ctx context.Context, _ net.Listener) error { return a.cadvisor.Run(ctx) }, fail("cadvisor"), nil)
-	}
-	if a.gpu != nil {
-		group.start("gpu", func(ctx context.Context, _ net.Listener) error { return a.gpu.Run(ctx) }, fail("gpu"), nil)
-	}
+	a.collectors.start(&group, fail)
 
 	logger.Info("Opening TSDB", "dir", a.flags.dataDir)
 	start := time.Now()

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/scrape/cadvisor"
+	"github.com/gpuscope/gpuscope/web"
+)
+
+// This file is what `serve` and `agent` share: the node's name, the
+// process's own registry, and the collectors of the node.
+
+// resolveNodeName is --node.name, else the host name.
+func resolveNodeName(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("read host name (set --node.name): %w", err)
+	}
+	return h, nil
+}
+
+// applyGPUFlags lets --demo and --gpu.backend override the config file.
+func applyGPUFlags(cfg *config.Config, demo bool, backend string) {
+	if demo {
+		cfg.GPU = gpu.DemoConfig()
+	}
+	if backend != "" {
+		cfg.GPU.Backend = backend
+	}
+}
+
+// newSelfRegistry holds the process's own metrics, served at /metrics.
+func newSelfRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("gpuscope"),
+	)
+	return reg
+}
+
+// nodeCollectors are the node's cAdvisor and GPU collectors; either is nil
+// when its config turns it off.
+type nodeCollectors struct {
+	cadvisor *cadvisor.Collector
+	gpu      *gpu.Collector
+}
+
+func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger) (*nodeCollectors, error) {
+	var (
+		c   nodeCollectors
+		err error
+	)
+	if cfg.Cadvisor.Enabled {
+		c.cadvisor, err = cadvisor.New(cadvisor.Options{
+			Config:   cfg.Cadvisor,
+			Interval: cfg.ScrapeInterval(),
+			Logger:   logger.With("component", "cadvisor"),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.GPU.Backend != gpu.BackendNone {
+		var lookup func(string) (string, string, bool)
+		if c.cadvisor != nil {
+			// GPU processes' containers get cAdvisor's name and image.
+			lookup = c.cadvisor.Lookup
+		}
+		c.gpu, err = gpu.New(gpu.Options{
+			Config:          cfg.GPU,
+			Interval:        cfg.GPUInterval(),
+			Hostname:        nodeName,
+			Logger:          logger.With("component", "gpu"),
+			ContainerLookup: lookup,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &c, nil
+}
+
+// mount serves both collectors' endpoints. One that is off still answers
+// with an empty page, so a node's targets are up or down together and
+// TargetDown means the node, not a choice made in its config.
+func (c *nodeCollectors) mount(h *web.Handler) {
+	cadvisorHandler, gpuHandler := emptyMetrics(), emptyMetrics()
+	if c.cadvisor != nil {
+		cadvisorHandler = c.cadvisor.Handler()
+	}
+	if c.gpu != nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c.gpu)
+		gpuHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	}
+	h.MountMetrics("/metrics/cadvisor", cadvisorHandler)
+	h.MountMetrics("/metrics/gpu", gpuHandler)
+}
+
+// start runs the collectors as stages; fail receives an error if one
+// stops on its own.
+func (c *nodeCollectors) start(group *stages, fail func(string) func(error)) {
+	if c.cadvisor != nil {
+		group.start("cadvisor", func(ctx context.Context, _ net.Listener) error { return c.cadvisor.Run(ctx) }, fail("cadvisor"), nil)
+	}
+	if c.gpu != nil {
+		group.start("gpu", func(ctx context.Context, _ net.Listener) error { return c.gpu.Run(ctx) }, fail("gpu"), nil)
+	}
+}
+
+// emptyMetrics serves a valid, empty exposition.
+func emptyMetrics() http.Handler {
+	return promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
+}
