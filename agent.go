@@ -79,6 +79,10 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 	if !f.listenSet && a.cfg.Web.ListenAddress != "" {
 		f.listenAddress = a.cfg.Web.ListenAddress
 	}
+	// A bad web config fails the start here, naming the file.
+	if _, err := web.ReadWebConfig(f.webConfigFile); err != nil {
+		return nil, err
+	}
 
 	if a.listener, err = web.Listen(f.listenAddress); err != nil {
 		return nil, err

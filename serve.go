@@ -72,6 +72,10 @@ type serveFlags struct {
 	enableRemoteWriteReceiver bool
 	enableOTLPReceiver        bool
 
+	// allowUnauthAdmin serves the admin API and lifecycle endpoints
+	// without authentication (web/auth.go).
+	allowUnauthAdmin bool
+
 	outageTolerance    model.Duration
 	forGracePeriod     model.Duration
 	resendDelay        model.Duration
@@ -93,6 +97,7 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("web.config.file", "exporter-toolkit web config file for TLS and basic auth.").Default("").StringVar(&f.webConfigFile)
 	c.Flag("web.enable-admin-api", "Enable the admin API (delete series, snapshots).").BoolVar(&f.enableAdmin)
 	c.Flag("web.enable-lifecycle", "Enable /-/reload and /-/quit.").BoolVar(&f.enableLifecycle)
+	c.Flag("web.allow-unauthenticated-admin", "Serve the admin API and lifecycle endpoints even though --web.config.file does not authenticate requests (basic_auth_users). Only where no untrusted client can reach the listen address.").BoolVar(&f.allowUnauthAdmin)
 	c.Flag("web.max-request-body-size", "Largest request body accepted by any endpoint.").Default("32MB").BytesVar(&f.maxBodyBytes)
 	c.Flag("web.enable-remote-write-receiver", "Accept Prometheus remote-write pushes at /api/v1/write.").BoolVar(&f.enableRemoteWriteReceiver)
 	c.Flag("web.enable-otlp-receiver", "Accept OTLP metrics pushes at /api/v1/otlp/v1/metrics.").BoolVar(&f.enableOTLPReceiver)
@@ -184,6 +189,9 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 	cors, err := regexp.Compile("^(?:" + f.corsOrigin + ")$")
 	if err != nil {
 		return nil, fmt.Errorf("parse --web.cors.origin %q: %w", f.corsOrigin, err)
+	}
+	if err := checkAuth(f, logger); err != nil {
+		return nil, err
 	}
 
 	// Listen before anything slow starts, so a port in use fails at once.
@@ -336,7 +344,8 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 			QueryTimeout:              time.Duration(f.queryTimeout),
 			Parser:                    promqlParser,
 		},
-		Status: a.statusLines,
+		AllowUnauthenticatedAdmin: f.allowUnauthAdmin,
+		Status:                    a.statusLines,
 	})
 	a.web.MountFederation(web.FederationOptions{
 		Queryable:     a.ready,

@@ -40,6 +40,10 @@ type Options struct {
 	// MaxRequestBodyBytes limits every request body.
 	MaxRequestBodyBytes int64
 	EnableLifecycle     bool
+	// AllowUnauthenticatedAdmin serves the admin and lifecycle endpoints
+	// even when the web config does not authenticate requests (see
+	// auth.go); otherwise they answer 403 then.
+	AllowUnauthenticatedAdmin bool
 	// Gatherer serves the process's own metrics at /metrics.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -107,8 +111,8 @@ func New(o Options) *Handler {
 		return c.String(http.StatusOK, "gpuscope is Ready.\n")
 	})
 	if o.EnableLifecycle {
-		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/reload", h.reload)
-		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/quit", h.quit)
+		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/reload", h.privileged(h.reload))
+		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/quit", h.privileged(h.quit))
 	}
 
 	if o.Gatherer != nil {
@@ -121,7 +125,11 @@ func New(o Options) *Handler {
 
 	if o.API != nil {
 		api := newAPI(*o.API, o.ListenAddress, o.ExternalURL, o.CORSOrigin, h.testReady, o.Gatherer, o.Registerer, o.Logger.With("component", "api"))
-		e.Any("/api/v1/*", echo.WrapHandler(registerAPI(api)))
+		apiHandler := echo.WrapHandler(registerAPI(api))
+		e.Any("/api/v1/*", apiHandler)
+		if o.API.EnableAdmin {
+			e.Any("/api/v1/admin/*", h.privileged(apiHandler))
+		}
 	}
 	e.GET("/", h.statusPage)
 	return h
@@ -220,21 +228,4 @@ func (h *Handler) Run(ctx context.Context, l net.Listener) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(public.Shutdown(shutdownCtx), self.Shutdown(shutdownCtx))
-}
-
-// bodyLimit rejects request bodies over n bytes with 413, so a client
-// cannot make the server buffer unbounded form or push data.
-func bodyLimit(n int64) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			r := c.Request()
-			if r.ContentLength > n {
-				return c.String(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes\n", n))
-			}
-			if r.Body != nil {
-				r.Body = http.MaxBytesReader(c.Response(), r.Body, n)
-			}
-			return next(c)
-		}
-	}
 }

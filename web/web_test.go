@@ -136,7 +136,7 @@ func TestAPIErrorsAndLimits(t *testing.T) {
 }
 
 func TestLifecycleReload(t *testing.T) {
-	h, srv := newTestHandler(t, Options{EnableLifecycle: true})
+	h, srv := newTestHandler(t, Options{EnableLifecycle: true, AllowUnauthenticatedAdmin: true})
 	h.SetReady(true)
 	go func() {
 		rc := <-h.Reload()
