@@ -27,6 +27,7 @@ type agentFlags struct {
 	gpuBackend    string
 	demo          bool
 	nodeName      string
+	memLimit      *memLimitFlags
 }
 
 func agentCommand(app *kingpin.Application) command {
@@ -38,6 +39,7 @@ func agentCommand(app *kingpin.Application) command {
 	c.Flag("gpu.backend", "GPU backend: auto, nvml, sim or none. Default: the config file's gpu.backend (auto).").EnumVar(&f.gpuBackend, gpu.BackendAuto, gpu.BackendNVML, gpu.BackendSim, gpu.BackendNone)
 	c.Flag("demo", "Run simulated GPUs with one scenario each, as serve --demo.").BoolVar(&f.demo)
 	c.Flag("node.name", "This node's name: the Hostname label of GPU series. Default: the host name.").Envar("NODE_NAME").StringVar(&f.nodeName)
+	f.memLimit = addMemLimitFlags(c)
 	return command{clause: c, run: func(logger *slog.Logger) error { return runAgent(f, logger) }}
 }
 
@@ -45,6 +47,9 @@ func agentCommand(app *kingpin.Application) command {
 func runAgent(f *agentFlags, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := applyMemLimit(f.memLimit, logger); err != nil {
+		return err
+	}
 	a, err := newAgent(f, logger)
 	if err != nil {
 		return err

@@ -75,6 +75,7 @@ type serveFlags struct {
 	// allowUnauthAdmin serves the admin API and lifecycle endpoints
 	// without authentication (web/auth.go).
 	allowUnauthAdmin bool
+	memLimit         *memLimitFlags
 
 	outageTolerance    model.Duration
 	forGracePeriod     model.Duration
@@ -98,6 +99,7 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("web.enable-admin-api", "Enable the admin API (delete series, snapshots).").BoolVar(&f.enableAdmin)
 	c.Flag("web.enable-lifecycle", "Enable /-/reload and /-/quit.").BoolVar(&f.enableLifecycle)
 	c.Flag("web.allow-unauthenticated-admin", "Serve the admin API and lifecycle endpoints even though --web.config.file does not authenticate requests (basic_auth_users). Only where no untrusted client can reach the listen address.").BoolVar(&f.allowUnauthAdmin)
+	f.memLimit = addMemLimitFlags(c)
 	c.Flag("web.max-request-body-size", "Largest request body accepted by any endpoint.").Default("32MB").BytesVar(&f.maxBodyBytes)
 	c.Flag("web.enable-remote-write-receiver", "Accept Prometheus remote-write pushes at /api/v1/write.").BoolVar(&f.enableRemoteWriteReceiver)
 	c.Flag("web.enable-otlp-receiver", "Accept OTLP metrics pushes at /api/v1/otlp/v1/metrics.").BoolVar(&f.enableOTLPReceiver)
@@ -130,6 +132,9 @@ func serve(f *serveFlags, logger *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if err := applyMemLimit(f.memLimit, logger); err != nil {
+		return err
+	}
 	a, err := newAppliance(f, logger)
 	if err != nil {
 		return err
