@@ -122,6 +122,12 @@ type SimGPU struct {
 	// /system.slice/docker-abc.scope). Default /gpuscope-sim/gpu<index>
 	// for every scenario but idle, which has no process.
 	Container string `yaml:"container"`
+	// LostAt makes the GPU fall off the bus this long (simulated time)
+	// after the sim starts: every read answers NVML's GPU_IS_LOST, as a
+	// real GPU does after XID 79, until LostFor has passed (0: for good).
+	// 0 never loses it.
+	LostAt  model.Duration `yaml:"lost_at"`
+	LostFor model.Duration `yaml:"lost_for"`
 }
 
 // DefaultConfig returns the config used when the file does not set a key.
@@ -216,6 +222,12 @@ func (s SimConfig) validate() error {
 	for i, g := range s.GPUs {
 		if g.Scenario != "" && !knownScenario(g.Scenario) {
 			return fmt.Errorf("gpu.sim.gpus[%d].scenario: unknown scenario %q (want %s)", i, g.Scenario, strings.Join(scenarios, ", "))
+		}
+		if g.LostAt < 0 || g.LostFor < 0 {
+			return fmt.Errorf("gpu.sim.gpus[%d]: lost_at and lost_for must not be negative", i)
+		}
+		if g.LostFor > 0 && g.LostAt == 0 {
+			return fmt.Errorf("gpu.sim.gpus[%d].lost_for: set lost_at too (when the GPU falls off the bus)", i)
 		}
 		if g.Container != "" {
 			if err := validCgroupID(g.Container); err != nil {

@@ -32,7 +32,13 @@ func (r *reader) ok(ret nvml.Return, fs ...fieldID) bool {
 		}
 	default:
 		if ret == nvml.ERROR_GPU_IS_LOST {
+			// The GPU fell off the bus: one error for the device, as for a
+			// GPU that cannot be read at all, not one per field.
+			if !r.lost {
+				*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: "device", err: ret})
+			}
 			r.lost = true
+			return false
 		}
 		for _, f := range fs {
 			*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[f].name, err: ret})
@@ -155,6 +161,9 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 	for _, step := range steps {
 		step()
 		if r.lost {
+			// Nothing read from a lost GPU in this cycle is served: its
+			// series go stale until it answers again.
+			*s = gpuSample{info: g.info}
 			return
 		}
 	}

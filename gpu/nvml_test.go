@@ -213,7 +213,7 @@ func TestNVMLErrorOnOneGPUIsIsolated(t *testing.T) {
 			breakGPU: func(m *mockMachine) {
 				m.devs[1].GetClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return 0, nvml.ERROR_GPU_IS_LOST }
 			},
-			wantField: "DCGM_FI_DEV_SM_CLOCK",
+			wantField: "device",
 		},
 		{
 			name: "driver binding panics",

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // simBackend simulates GPUs with scenarios, so that every GPU feature can
@@ -110,6 +113,12 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 	for i, g := range b.gpus {
 		gs := &s.gpus[i]
 		gs.info = g.info
+		if g.lostAt(t) {
+			// Off the bus: NVML answers GPU_IS_LOST for every read, and
+			// the job on it is not running.
+			s.errs = append(s.errs, fieldError{gpu: g.info.ownLabels[0], field: "device", err: nvml.ERROR_GPU_IS_LOST})
+			continue
+		}
 		st := g.step(t, dt)
 		b.fill(gs, g, st, names)
 	}
@@ -224,6 +233,8 @@ type simGPU struct {
 	memoryMiB float64
 	rng       *rand.Rand
 
+	lostFrom, lostUntil float64 // simulated seconds; lostFrom 0: never lost
+
 	energyMJ           float64
 	thermalViolationNs float64
 	lastXID            uint64
@@ -243,11 +254,24 @@ func newSimGPU(i int, spec SimGPU, cfg SimConfig, hostname string, withHost bool
 	if i < len(simBusIDs) {
 		busID = simBusIDs[i]
 	}
-	return &simGPU{
+	g := &simGPU{
 		info:      newGPUInfo(i, uuid, busID, cfg.Model, simDriverVersion, hostname, withHost),
 		scenario:  spec.Scenario,
 		container: spec.Container,
 		memoryMiB: float64(cfg.MemoryMiB),
 		rng:       rng,
 	}
+	if spec.LostAt > 0 {
+		g.lostFrom = time.Duration(spec.LostAt).Seconds()
+		g.lostUntil = math.Inf(1)
+		if spec.LostFor > 0 {
+			g.lostUntil = g.lostFrom + time.Duration(spec.LostFor).Seconds()
+		}
+	}
+	return g
+}
+
+// lostAt says whether the GPU is off the bus at simulated time t.
+func (g *simGPU) lostAt(t float64) bool {
+	return g.lostFrom > 0 && t >= g.lostFrom && t < g.lostUntil
 }
