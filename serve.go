@@ -50,6 +50,8 @@ type serveFlags struct {
 	retentionTime   model.Duration
 	retentionSize   units.Base2Bytes
 	walCompression  string
+	minBlockRange   model.Duration
+	verifyBlocks    bool
 	listenAddress   string
 	listenSet       bool
 	externalURL     string
@@ -92,6 +94,8 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("storage.tsdb.retention.time", "How long to retain samples, unless the config file's storage.tsdb.retention says otherwise.").Default("15d").SetValue(&f.retentionTime)
 	c.Flag("storage.tsdb.retention.size", "Maximum bytes of blocks to retain (e.g. 50GB; 0 = no limit), unless the config file says otherwise.").Default("0").BytesVar(&f.retentionSize)
 	c.Flag("storage.tsdb.wal-compression-type", "WAL compression: snappy, zstd or none.").Default("snappy").EnumVar(&f.walCompression, "snappy", "zstd", "none")
+	c.Flag("storage.tsdb.verify-blocks", "At start, read every block's index and chunks and move damaged blocks to <data>/corrupted instead of serving them. --no-storage.tsdb.verify-blocks checks only that blocks open.").Default("true").BoolVar(&f.verifyBlocks)
+	c.Flag("storage.tsdb.min-block-duration", "Time the head spans before it is compacted into a block. For use in testing.").Hidden().Default("2h").SetValue(&f.minBlockRange)
 	c.Flag("web.listen-address", "Address to listen on for the API, the collectors' /metrics and the status page. Default "+DefaultListenAddress+" or the config file's web.listen_address.").IsSetByUser(&f.listenSet).Default(DefaultListenAddress).StringVar(&f.listenAddress)
 	c.Flag("web.external-url", "URL under which gpuscope is reachable (for alert links). Default: http://<node name>:<port>/.").StringVar(&f.externalURL)
 	c.Flag("web.cors.origin", `Regex of origins allowed to call the API, anchored. Example: 'https?://(domain1|domain2)\.com'`).IsSetByUser(&f.corsSet).Default(".*").StringVar(&f.corsOrigin)
@@ -455,14 +459,16 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	logger.Info("Opening TSDB", "dir", a.flags.dataDir)
 	start := time.Now()
 	db, err := storage.Open(storage.Options{
-		Dir:            a.flags.dataDir,
-		Retention:      time.Duration(a.flags.retentionTime),
-		MaxBytes:       a.flags.retentionSize,
-		WALCompression: a.flags.walCompression,
-		MaxExemplars:   a.config.Load().Prometheus.StorageConfig.ExemplarsConfig.MaxExemplars,
-		Stats:          a.ready.DBStats(),
-		Logger:         logger,
-		Registerer:     a.registry,
+		Dir:              a.flags.dataDir,
+		Retention:        time.Duration(a.flags.retentionTime),
+		MaxBytes:         a.flags.retentionSize,
+		WALCompression:   a.flags.walCompression,
+		MinBlockDuration: time.Duration(a.flags.minBlockRange),
+		SkipBlockCheck:   !a.flags.verifyBlocks,
+		MaxExemplars:     a.config.Load().Prometheus.StorageConfig.ExemplarsConfig.MaxExemplars,
+		Stats:            a.ready.DBStats(),
+		Logger:           logger,
+		Registerer:       a.registry,
 	})
 	if err != nil {
 		return err

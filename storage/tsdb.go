@@ -26,6 +26,15 @@ type Options struct {
 	MaxExemplars int64
 	// WALCompression is "snappy" (default), "zstd" or "none".
 	WALCompression string
+	// MinBlockDuration is the head's block range: how much time the head
+	// spans before it is compacted into a block and the WAL truncated.
+	// Zero is Prometheus's 2h; shorter only for tests and benchmarks
+	// (serve's hidden --storage.tsdb.min-block-duration, as Prometheus's).
+	MinBlockDuration time.Duration
+	// SkipBlockCheck leaves out reading every block's index and chunks at
+	// Open (repair.go): then only blocks whose files do not open are set
+	// aside, and damaged chunk data fails the queries that read it.
+	SkipBlockCheck bool
 	// Stats receives WAL replay progress; pass Ready.DBStats() so the API can
 	// report replay while Open runs. Nil allocates new stats.
 	Stats      *tsdb.DBStats
@@ -53,6 +62,10 @@ func Open(o Options) (*DB, error) {
 	opts.RetentionDuration = o.Retention.Milliseconds()
 	opts.MaxBytes = int64(o.MaxBytes)
 	opts.NoLockfile = true // Lock is taken earlier, by the caller
+	if o.MinBlockDuration > 0 {
+		opts.MinBlockDuration = o.MinBlockDuration.Milliseconds()
+		opts.MaxBlockDuration = max(opts.MaxBlockDuration, opts.MinBlockDuration)
+	}
 	opts.EnableExemplarStorage = true
 	opts.MaxExemplars = o.MaxExemplars
 	if opts.MaxExemplars == 0 {
@@ -78,12 +91,33 @@ func Open(o Options) (*DB, error) {
 	if stats == nil {
 		stats = tsdb.NewDBStats()
 	}
-	db, err := tsdb.Open(o.Dir, o.Logger.With("component", "tsdb"), o.Registerer, opts, stats)
+	logger := o.Logger.With("component", "tsdb")
+	// Damaged blocks are set aside before Open, which would fail on some
+	// and serve read errors from the others (repair.go).
+	start := time.Now()
+	moved, checked, err := checkBlocks(o.Dir, !o.SkipBlockCheck, logger)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("Blocks checked", "blocks", checked, "index_and_chunks", !o.SkipBlockCheck, "set_aside", len(moved), "duration", time.Since(start).Round(time.Millisecond))
+	wal := statWAL(o.Dir)
+	db, err := tsdb.Open(o.Dir, logger, o.Registerer, opts, stats)
 	if err != nil {
 		return nil, fmt.Errorf("open TSDB at %s: %w", o.Dir, err)
 	}
+	walReport(o.Dir, wal, db.Head().MaxTime(), logger)
 	if o.Registerer != nil {
+		quarantinedTotal := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuscope_tsdb_blocks_quarantined_total",
+			Help: "Damaged blocks this process moved to <data>/" + CorruptedDir + " at start instead of serving them.",
+		})
+		quarantinedTotal.Add(float64(len(moved)))
 		o.Registerer.MustRegister(
+			quarantinedTotal,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "gpuscope_tsdb_corrupted_blocks",
+				Help: "Blocks in <data>/" + CorruptedDir + ": damaged, set aside, not served; delete them once inspected.",
+			}, func() float64 { return float64(countCorrupted(o.Dir)) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "prometheus_tsdb_lowest_timestamp_seconds",
 				Help: "Lowest timestamp value stored in the database.",
