@@ -5,12 +5,20 @@ package dashboards
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
 	"sort"
+	"time"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/gpuscope/gpuscope/query"
 )
 
 // DatasourceUID is the uid of the data source `gpuscope grafana provision`
@@ -44,6 +52,10 @@ type Set struct {
 // Build builds every dashboard.
 func Build() (*Set, error) {
 	s := &Set{json: map[string][]byte{}, byID: map[string]dashboard.Dashboard{}}
+	slow, err := slowRecordings()
+	if err != nil {
+		return nil, err
+	}
 	for _, b := range []*dashboard.DashboardBuilder{
 		gpuOverview(),
 		containers(),
@@ -58,6 +70,9 @@ func Build() (*Set, error) {
 			return nil, fmt.Errorf("dashboard without uid or title: %+v", d)
 		}
 		number(&d)
+		if err := recordedResolution(&d, slow); err != nil {
+			return nil, fmt.Errorf("dashboard %s: %w", *d.Uid, err)
+		}
 		j, err := json.MarshalIndent(d, "", "  ")
 		if err != nil {
 			return nil, fmt.Errorf("render dashboard %s: %w", *d.Uid, err)
@@ -89,6 +104,81 @@ func number(d *dashboard.Dashboard) {
 			p.RowPanel.Id = id
 		}
 	}
+}
+
+// slowRecordings maps each series recorded by a built-in rule group that
+// runs less often than every scrape (the gpuscope.dashboard group's
+// one-minute aggregates, the baselines) to its group's interval.
+func slowRecordings() (map[string]time.Duration, error) {
+	p := parser.NewParser(parser.Options{})
+	out := map[string]time.Duration{}
+	for _, f := range query.Pack() {
+		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("parse built-in rules %s: %w", f.Name, errors.Join(errs...))
+		}
+		for _, g := range rgs.Groups {
+			if g.Interval == 0 {
+				continue
+			}
+			for _, r := range g.Rules {
+				if r.Record != "" {
+					out[r.Record] = time.Duration(g.Interval)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// recordedResolution sets a panel's minimum interval to its data's
+// resolution when all its queries read series recorded at a coarser
+// interval than the scrape: Grafana then never asks for steps finer than
+// the data, whatever the time range.
+func recordedResolution(d *dashboard.Dashboard, slow map[string]time.Duration) error {
+	p := parser.NewParser(parser.Options{})
+	for _, pr := range d.Panels {
+		if pr.Panel == nil || len(pr.Panel.Targets) == 0 {
+			continue
+		}
+		var res time.Duration
+		all := true
+		for _, t := range pr.Panel.Targets {
+			q, ok := t.(prometheus.Dataquery)
+			if !ok {
+				all = false
+				break
+			}
+			expr, err := p.ParseExpr(grafanaMacros.ReplaceAllString(q.Expr, "1m"))
+			if err != nil {
+				return fmt.Errorf("panel %s: %w", *pr.Panel.Title, err)
+			}
+			for _, name := range metricNames(expr) {
+				iv, ok := slow[name]
+				if !ok {
+					all = false
+				}
+				res = max(res, iv)
+			}
+		}
+		if all && res > 0 {
+			pr.Panel.Interval = cog.ToPtr(model.Duration(res).String())
+		}
+	}
+	return nil
+}
+
+var grafanaMacros = regexp.MustCompile(`\$__[a-z_]+`)
+
+func metricNames(e parser.Expr) []string {
+	var names []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok {
+			names = append(names, vs.Name)
+		}
+		return nil
+	})
+	return names
 }
 
 // List returns uid and title of every dashboard, by title.

@@ -30,13 +30,13 @@ func triage() *dashboard.DashboardBuilder {
 			instantTarget(`max by (instance, gpu, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, id) group_left () max by (instance, id) (instance_id:container_cpu_saturation:ratio)`, "CPU saturation").RefId("B"))).
 		WithRow(dashboard.NewRowBuilder("Memory leak")).
 		WithPanel(timeseriesPanel("Framebuffer trend", "Used framebuffer, its 10-minute floor (ignores short allocations), the total, and where a linear trend of the last hour reaches in 4 hours (GPUMemoryExhaustionPredicted).", unitMiB,
-			target(`DCGM_FI_DEV_FB_USED{`+gpuSel+`}`, "used "+gpuLegend),
-			target(`min_over_time(DCGM_FI_DEV_FB_USED{`+gpuSel+`}[10m])`, "floor "+gpuLegend),
-			target(`predict_linear(DCGM_FI_DEV_FB_USED{`+gpuSel+`}[1h], 4 * 3600)`, "in 4h "+gpuLegend),
-			target(`DCGM_FI_DEV_FB_TOTAL{`+gpuSel+`}`, "total "+gpuLegend)).
+			target(`gpu:dcgm_fi_dev_fb_used:avg1m{`+gpuSel+`}`, "used "+gpuLegend),
+			target(`gpu:dcgm_fi_dev_fb_used:min10m{`+gpuSel+`}`, "floor "+gpuLegend),
+			target(`gpu:dcgm_fi_dev_fb_used:predict_linear1h_4h{`+gpuSel+`}`, "in 4h "+gpuLegend),
+			target(`gpu:dcgm_fi_dev_fb_total:max1m{`+gpuSel+`}`, "total "+gpuLegend)).
 			Min(0)).
-		WithPanel(timeseriesPanel("Framebuffer growth per 30 minutes", "Slope of used framebuffer, in MiB per 30 minutes. The case study's leak is +2048 MiB per 30 minutes with steady utilisation; GPUMemoryLeakSuspected wants the floor to rise over 256 MiB in each of three half-hours.", unitMiB,
-			target(`deriv(DCGM_FI_DEV_FB_USED{`+gpuSel+`}[30m]) * 1800`, gpuLegend)).
+		WithPanel(timeseriesPanel("Framebuffer growth per 30 minutes", "Least-squares slope of used framebuffer over 30 minutes, in MiB per 30 minutes (a staircase of +2048 MiB every 30 minutes, the case study's leak, reads 2000-3000). GPUMemoryLeakSuspected wants the floor to rise over 256 MiB in each of three half-hours while utilisation stays steady.", unitMiB,
+			target(`gpu:dcgm_fi_dev_fb_used:deriv30m_per30m{`+gpuSel+`}`, gpuLegend)).
 			Thresholds(thresholds(256))).
 		WithRow(dashboard.NewRowBuilder("Alerts")).
 		WithPanel(tablePanel("Active alerts", "Alerts pending or firing now, from the built-in rule pack and your rule files (the ALERTS series).", unitCount,
