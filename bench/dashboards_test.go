@@ -297,7 +297,7 @@ func expandRecordingRules(b testing.TB, expr string, records map[string][]record
 // of retention would have it after a day: compacted blocks up to 36 h long
 // (a tenth of the retention).
 func benchData(b *testing.B) (*tsdb.DB, time.Time) {
-	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v2")
+	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v4")
 	opts := tsdb.DefaultOptions()
 	opts.RetentionDuration = (15 * 24 * time.Hour).Milliseconds()
 	opts.MaxBlockDuration = opts.RetentionDuration / 10
@@ -480,7 +480,7 @@ func backfill(b *testing.B, dir string, opts *tsdb.Options, end time.Time) int {
 		}
 	}
 	n := 0
-	for _, name := range []string{"gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly"} {
+	for _, name := range []string{"gpuscope.dashboard", "gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly"} {
 		g, ok := groups[name]
 		require.True(b, ok, "rule group %s not in the pack", name)
 		interval := time.Duration(g.Interval)
