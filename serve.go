@@ -52,6 +52,7 @@ type serveFlags struct {
 	walCompression  string
 	minBlockRange   model.Duration
 	verifyBlocks    bool
+	diskReserve     units.Base2Bytes
 	listenAddress   string
 	listenSet       bool
 	externalURL     string
@@ -95,6 +96,7 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("storage.tsdb.retention.size", "Maximum bytes of blocks to retain (e.g. 50GB; 0 = no limit), unless the config file says otherwise.").Default("0").BytesVar(&f.retentionSize)
 	c.Flag("storage.tsdb.wal-compression-type", "WAL compression: snappy, zstd or none.").Default("snappy").EnumVar(&f.walCompression, "snappy", "zstd", "none")
 	c.Flag("storage.tsdb.verify-blocks", "At start, read every block's index and chunks and move damaged blocks to <data>/corrupted instead of serving them. --no-storage.tsdb.verify-blocks checks only that blocks open.").Default("true").BoolVar(&f.verifyBlocks)
+	c.Flag("storage.tsdb.disk-reserve", "Space held in <data>/disk-reserve and freed when the disk fills, so that gpuscope's own metrics and the GpuscopeStorageFailing alert are still stored; taken again when free space is back. 0 = none.").Default("64MB").BytesVar(&f.diskReserve)
 	c.Flag("storage.tsdb.min-block-duration", "Time the head spans before it is compacted into a block. For use in testing.").Hidden().Default("2h").SetValue(&f.minBlockRange)
 	c.Flag("web.listen-address", "Address to listen on for the API, the collectors' /metrics and the status page. Default "+DefaultListenAddress+" or the config file's web.listen_address.").IsSetByUser(&f.listenSet).Default(DefaultListenAddress).StringVar(&f.listenAddress)
 	c.Flag("web.external-url", "URL under which gpuscope is reachable (for alert links). Default: http://<node name>:<port>/.").StringVar(&f.externalURL)
@@ -485,6 +487,16 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	// after scraping and before the TSDB closes.
 	db.SetWriteNotified(a.remote)
 	group.onStop("remote_storage", a.remote.Close)
+	// A commit refused for lack of space frees the disk reserve, so the
+	// failure itself is stored and alerted on (storage/reserve.go).
+	reserve := storage.NewReserve(storage.ReserveOptions{
+		Dir:        a.flags.dataDir,
+		Size:       int64(a.flags.diskReserve),
+		Logger:     logger.With("component", "tsdb"),
+		Registerer: a.registry,
+	})
+	a.ready.OnCommitFailed(reserve.CommitFailed)
+	group.start("disk_reserve", func(ctx context.Context, _ net.Listener) error { return reserve.Run(ctx) }, fail("disk_reserve"), nil)
 	a.ready.Set(db)
 	logger.Info("TSDB open", "duration", time.Since(start).Round(time.Millisecond))
 

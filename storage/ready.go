@@ -17,8 +17,9 @@ import (
 // called every method returns tsdb.ErrNotReady, which the API reports as
 // "unavailable".
 type Ready struct {
-	db    atomic.Pointer[DB]
-	stats *tsdb.DBStats
+	db           atomic.Pointer[DB]
+	stats        *tsdb.DBStats
+	commitFailed atomic.Pointer[func(error)]
 }
 
 // NewReady returns an empty Ready whose DBStats are to be passed to Open.
@@ -57,12 +58,34 @@ func (r *Ready) ExemplarQuerier(ctx context.Context) (storage.ExemplarQuerier, e
 	return nil, tsdb.ErrNotReady
 }
 
+// OnCommitFailed has f told of every failed commit (Reserve.CommitFailed
+// releases the disk reserve when the disk is full).
+func (r *Ready) OnCommitFailed(f func(error)) { r.commitFailed.Store(&f) }
+
 // AppenderV2 implements storage.AppendableV2.
 func (r *Ready) AppenderV2(ctx context.Context) storage.AppenderV2 {
 	if db := r.Get(); db != nil {
-		return db.AppenderV2(ctx)
+		app := db.AppenderV2(ctx)
+		if f := r.commitFailed.Load(); f != nil {
+			return watchedAppender{AppenderV2: app, failed: *f}
+		}
+		return app
 	}
 	return notReadyAppender{}
+}
+
+// watchedAppender reports failed commits.
+type watchedAppender struct {
+	storage.AppenderV2
+	failed func(error)
+}
+
+func (a watchedAppender) Commit() error {
+	err := a.AppenderV2.Commit()
+	if err != nil {
+		a.failed(err)
+	}
+	return err
 }
 
 // StartTime implements storage.Storage's StartTime, for remote write.
