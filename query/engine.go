@@ -3,6 +3,8 @@
 package query
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -53,7 +55,7 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		Reg:                      o.Registerer,
 		MaxSamples:               o.MaxSamples,
 		Timeout:                  o.Timeout,
-		ActiveQueryTracker:       tracker,
+		ActiveQueryTracker:       queueTracker{tracker},
 		LookbackDelta:            o.LookbackDelta,
 		NoStepSubqueryIntervalFn: func(int64) int64 { return e.noStepSubqueryInterval.Load() },
 		EnableAtModifier:         true,
@@ -71,4 +73,23 @@ func (e *Engine) SetEvaluationInterval(d time.Duration) {
 // Close releases the active query tracker's file.
 func (e *Engine) Close() error {
 	return e.tracker.Close()
+}
+
+// queueTracker is the active query tracker, which is also the queue of
+// queries waiting for one of --query.max-concurrency slots. A query whose
+// deadline passes while it waits gets Prometheus's timeout error ("query
+// timed out in query queue", 503 with errorType timeout from the API), as
+// in Prometheus's releases; the engine passes the bare context error on
+// (422, "context deadline exceeded") unless its query-cost feature is on.
+type queueTracker struct{ *promql.ActiveQueryTracker }
+
+func (t queueTracker) Insert(ctx context.Context, q string) (int, error) {
+	i, err := t.ActiveQueryTracker.Insert(ctx, q)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return i, promql.ErrQueryTimeout("query queue")
+	case errors.Is(err, context.Canceled):
+		return i, promql.ErrQueryCanceled("query queue")
+	}
+	return i, err
 }
