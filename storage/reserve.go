@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/tsdb/wlog"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,6 +55,14 @@ type Reserve struct {
 	released atomic.Bool // released since last taken
 	releases prometheus.Counter
 	full     prometheus.Counter
+
+	// A commit that failed for lack of space may have left a torn record
+	// in the WAL (walfix.go). Until a minute after the last such failure,
+	// Run looks for it from tornFrom on and zeroes it once records follow
+	// (with no reserve, Run returns at once and the next start does it).
+	tornMu    sync.Mutex
+	tornFrom  walPos
+	tornUntil time.Time // zero: not looking
 }
 
 // NewReserve returns a Reserve; Run takes it.
@@ -110,7 +119,32 @@ func (r *Reserve) Run(ctx context.Context) error {
 			if r.held.Load() == 0 {
 				r.take()
 			}
+			r.dropTorn()
 		}
+	}
+}
+
+// dropTorn zeroes the records torn by a full disk that records now
+// follow, while looking for them.
+func (r *Reserve) dropTorn() {
+	r.tornMu.Lock()
+	from, until := r.tornFrom, r.tornUntil
+	r.tornMu.Unlock()
+	if until.IsZero() {
+		return
+	}
+	torn, next, err := dropTornRecords(filepath.Join(r.o.Dir, "wal"), from)
+	if err != nil {
+		r.o.Logger.Warn("Could not check the WAL for records torn by the full disk", "err", err)
+	}
+	for _, t := range torn {
+		r.o.Logger.Warn("Dropped a WAL record torn when the disk was full; the records after it are kept", "segment", t.Segment, "offset", t.Offset, "bytes", t.Bytes)
+	}
+	r.tornMu.Lock()
+	defer r.tornMu.Unlock()
+	r.tornFrom = next
+	if r.tornUntil.Equal(until) && time.Now().After(until) {
+		r.tornUntil = time.Time{}
 	}
 }
 
@@ -121,6 +155,15 @@ func (r *Reserve) CommitFailed(err error) {
 		return
 	}
 	r.full.Inc()
+	r.tornMu.Lock()
+	if r.tornUntil.IsZero() {
+		// The segment written to, or the one before if it just rotated.
+		if _, last, err := wlog.Segments(filepath.Join(r.o.Dir, "wal")); err == nil {
+			r.tornFrom = walPos{Segment: max(0, last-1)}
+		}
+	}
+	r.tornUntil = time.Now().Add(time.Minute)
+	r.tornMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	held := r.held.Load()

@@ -6,6 +6,7 @@ package storage
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/alecthomas/units"
@@ -100,6 +101,17 @@ func Open(o Options) (*DB, error) {
 		return nil, err
 	}
 	logger.Info("Blocks checked", "blocks", checked, "index_and_chunks", !o.SkipBlockCheck, "set_aside", len(moved), "duration", time.Since(start).Round(time.Millisecond))
+	// A record torn by a full disk would make the TSDB's repair drop
+	// everything after it (walfix.go).
+	start = time.Now()
+	torn, _, err := dropTornRecords(filepath.Join(o.Dir, "wal"), walPos{})
+	if err != nil {
+		logger.Warn("Could not check the WAL for records torn by a full disk", "err", err)
+	}
+	for _, r := range torn {
+		logger.Warn("Dropped a WAL record torn when the disk was full; the records after it are kept", "segment", r.Segment, "offset", r.Offset, "bytes", r.Bytes)
+	}
+	logger.Info("WAL checked for torn records", "dropped", len(torn), "duration", time.Since(start).Round(time.Millisecond))
 	wal := statWAL(o.Dir)
 	db, err := tsdb.Open(o.Dir, logger, o.Registerer, opts, stats)
 	if err != nil {
