@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage"
 )
 
 // EngineOptions configure the PromQL engine.
@@ -63,6 +64,42 @@ func NewEngine(o EngineOptions) (*Engine, error) {
 		Parser:                   o.Parser,
 	})
 	return e, nil
+}
+
+// NewInstantQuery is promql.Engine's, with timeouts reported as timeouts
+// (see timeoutQuery).
+func (e *Engine) NewInstantQuery(ctx context.Context, q storage.Queryable, opts promql.QueryOpts, qs string, ts time.Time) (promql.Query, error) {
+	qry, err := e.Engine.NewInstantQuery(ctx, q, opts, qs, ts)
+	if err != nil {
+		return nil, err
+	}
+	return timeoutQuery{qry}, nil
+}
+
+// NewRangeQuery is promql.Engine's, with timeouts reported as timeouts
+// (see timeoutQuery).
+func (e *Engine) NewRangeQuery(ctx context.Context, q storage.Queryable, opts promql.QueryOpts, qs string, start, end time.Time, interval time.Duration) (promql.Query, error) {
+	qry, err := e.Engine.NewRangeQuery(ctx, q, opts, qs, start, end, interval)
+	if err != nil {
+		return nil, err
+	}
+	return timeoutQuery{qry}, nil
+}
+
+// timeoutQuery reports a query that ran out of --query.timeout while the
+// storage was reading its series ("expanding series: context deadline
+// exceeded") as promql.ErrQueryTimeout, as the engine reports one that
+// runs out of it between steps: the API answers 503 errorType timeout
+// either way, not 422 execution, which says the query itself is wrong.
+type timeoutQuery struct{ promql.Query }
+
+func (q timeoutQuery) Exec(ctx context.Context) *promql.Result {
+	res := q.Query.Exec(ctx)
+	var timeout promql.ErrQueryTimeout
+	if res.Err != nil && errors.Is(res.Err, context.DeadlineExceeded) && !errors.As(res.Err, &timeout) {
+		res.Err = fmt.Errorf("%w: %w", promql.ErrQueryTimeout("expression evaluation"), res.Err)
+	}
+	return res
 }
 
 // SetEvaluationInterval sets the step of subqueries without one.
