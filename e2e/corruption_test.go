@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+// blockMeta is what the test reads of a block's meta.json.
+type blockMeta struct {
+	ULID    string
+	MinTime int64 // ms, inclusive
+	MaxTime int64 // ms, exclusive
+	Stats   struct{ NumSamples uint64 }
+}
+
+// blocks lists the persisted blocks in dir, oldest first.
+func blocks(t *testing.T, dir string) []blockMeta {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []blockMeta
+	for _, e := range entries {
+		if _, err := ulid.ParseStrict(e.Name()); err != nil || !e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "meta.json"))
+		if err != nil {
+			continue // being written or deleted
+		}
+		var m blockMeta
+		require.NoError(t, json.Unmarshal(b, &m))
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b blockMeta) int { return int(a.MinTime - b.MinTime) })
+	return out
+}
+
+// TestCorruptionRepairedAtStart: the real binary writes blocks (10 s
+// block range) and WAL, is stopped, and then its newest WAL segment is
+// garbled and truncated and the newest block's chunk file garbled. At the
+// next start it must become ready, set the block aside in
+// <data>/corrupted, repair the WAL, log both with what was lost, count
+// them in its metrics, and serve everything else: the other blocks' and
+// the WAL's samples before the damage exactly as before, and new scrapes.
+func TestCorruptionRepairedAtStart(t *testing.T) {
+	const series = 2000
+	target := newCounterTarget(t, series)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cfg := writeConfig(t, dir, fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+cadvisor: {enabled: false}
+gpu: {backend: none}
+scrape_configs:
+  - job_name: corrupt
+    static_configs:
+      - targets: [%q]
+`, target.addr()))
+	args := []string{"--config.file=" + cfg, "--storage.tsdb.min-block-duration=10s"}
+	testStart := time.Now()
+	p := serve(t, data, args...)
+
+	// Two blocks persisted, the older ones with 5 s of the target's
+	// samples or more.
+	eventually(t, 90*time.Second, "two blocks persisted", func() error {
+		bb := blocks(t, data)
+		if len(bb) < 2 {
+			return fmt.Errorf("%d blocks", len(bb))
+		}
+		if first, ok := target.servedAt(1); !ok || time.UnixMilli(bb[len(bb)-2].MaxTime).Sub(first) < 6*time.Second {
+			return fmt.Errorf("the blocks before the newest end less than 6 s after the first scrape: %v", bb)
+		}
+		return nil
+	})
+	// The WAL is cut into a new segment at every head compaction (each
+	// 10 s here): stop when the newest one has something to damage.
+	eventually(t, 60*time.Second, "newest WAL segment over 96 KiB", func() error {
+		seg, size := newestSegment(t, data)
+		if size < 96<<10 {
+			return fmt.Errorf("%s: %d bytes", seg, size)
+		}
+		return nil
+	})
+	// What the API returns before the stop: the reference for after the
+	// damage (what is on disk is this and the scrapes until the stop).
+	probes := []string{"00000", fmt.Sprintf("%05d", series-1)}
+	refAt := time.Now()
+	window := refAt.Sub(testStart) + 5*time.Second
+	ref := rawSamples(t, p, probes, refAt, window)
+	p.signal(syscall.SIGTERM)
+	require.Equal(t, 0, p.wait(30*time.Second), "exit code after SIGTERM")
+	bb := blocks(t, data)
+	require.GreaterOrEqual(t, len(bb), 2, "blocks")
+
+	// Damage: the newest block's chunk data, the newest WAL segment's
+	// middle (garbled) and end (cut off, as by a crash mid-write).
+	bad := bb[len(bb)-1]
+	chunkFile := filepath.Join(data, bad.ULID, "chunks", "000001")
+	garbleFile(t, chunkFile, 0.5, 0)
+	seg, size := newestSegment(t, data)
+	require.Greater(t, size, int64(64<<10), "newest WAL segment %s: too little in it to damage", seg)
+	garbleFile(t, seg, 0.5, 0.8)
+	t.Logf("damaged block %s [%s, %s) and WAL segment %s (%d bytes: garbled at 50%%, cut at 80%%)",
+		bad.ULID, time.UnixMilli(bad.MinTime).Format(time.TimeOnly), time.UnixMilli(bad.MaxTime).Format(time.TimeOnly), filepath.Base(seg), size)
+
+	p2 := serve(t, data, args...)
+	out := p2.out.String()
+
+	// Logged: the block set aside with its range, the WAL repair with what
+	// it kept.
+	require.Regexp(t, `msg="Damaged block set aside; its samples are not served".*block=`+bad.ULID+`.*moved_to=`+regexp.QuoteMeta(filepath.Join(data, "corrupted", bad.ULID)), out)
+	require.Contains(t, out, `from=`+time.UnixMilli(bad.MinTime).UTC().Format(time.RFC3339))
+	m := regexp.MustCompile(`msg="WAL was damaged and repaired; the samples written after the damage are lost".*kept_until=(\S+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, "WAL repair logged with kept_until")
+	keptUntil, err := time.Parse(time.RFC3339Nano, m[1])
+	require.NoError(t, err)
+
+	// The block is in corrupted/, and counted.
+	require.DirExists(t, filepath.Join(data, "corrupted", bad.ULID))
+	require.NoDirExists(t, filepath.Join(data, bad.ULID))
+	code, metrics := p2.get("/metrics")
+	require.Equal(t, 200, code)
+	for _, want := range []string{
+		"gpuscope_tsdb_blocks_quarantined_total 1\n",
+		"gpuscope_tsdb_corrupted_blocks 1\n",
+		"prometheus_tsdb_wal_corruptions_total 1\n",
+	} {
+		require.Contains(t, metrics, want)
+	}
+
+	// Served: every sample outside the damaged block and before the WAL
+	// damage, exactly; none from the damaged block. A sample in the head
+	// may be up to a scrape older than kept_until (the newest sample of
+	// any series) and still be lost with the damaged WAL records.
+	got := rawSamples(t, p2, probes, refAt, window)
+	lastBlockEnd := bb[len(bb)-1].MaxTime
+	for _, s := range probes {
+		have := map[model.Time]model.SampleValue{}
+		for _, sp := range got[s] {
+			have[sp.Timestamp] = sp.Value
+		}
+		var inBlocks, inHead, lost, inBad, recovered int
+		for _, sp := range ref[s] {
+			ts := int64(sp.Timestamp)
+			v, ok := have[sp.Timestamp]
+			switch {
+			case ts >= bad.MinTime && ts < bad.MaxTime:
+				// Not from the block; the WAL may still hold some.
+				if ok {
+					require.Equal(t, sp.Value, v, "series %s @%v", s, sp.Timestamp)
+					recovered++
+				} else {
+					inBad++
+				}
+			case ts < lastBlockEnd:
+				require.True(t, ok, "series %s: sample %v @%v of an undamaged block not served", s, sp.Value, sp.Timestamp)
+				require.Equal(t, sp.Value, v)
+				inBlocks++
+			case sp.Timestamp.Time().Before(keptUntil.Add(-2 * time.Second)):
+				require.True(t, ok, "series %s: sample %v @%v of the WAL before the damage (kept until %s) not served", s, sp.Value, sp.Timestamp, keptUntil)
+				require.Equal(t, sp.Value, v)
+				inHead++
+			case !ok:
+				lost++
+			}
+		}
+		t.Logf("series %s: %d samples from undamaged blocks, %d from the WAL served; %d lost with the damaged block (%d of its range still in the WAL), %d with the WAL's damaged end",
+			s, inBlocks, inHead, inBad, recovered, lost)
+		require.Positive(t, inBlocks, "series %s: samples from undamaged blocks", s)
+		require.Positive(t, inHead, "series %s: samples from the WAL", s)
+		require.Positive(t, lost, "series %s: the WAL damage lost nothing: was the damage where the test meant it?", s)
+	}
+
+	// And it goes on ingesting.
+	k := target.scrapes()
+	eventually(t, 30*time.Second, "new scrapes stored after the repair", func() error {
+		v, err := p2.instant(`count(crash_counter_total > ` + strconv.Itoa(k+2) + `)`)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 || int(v[0].Value) != series {
+			return fmt.Errorf("series above %d: %v", k+2, v)
+		}
+		return nil
+	})
+}
+
+// garbleFile XORs 16 bytes at the fraction at of path's size and, if cut
+// is above zero, truncates it to that fraction.
+func garbleFile(t *testing.T, path string, at, cut float64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	i := int(float64(len(b)) * at)
+	for j := i; j < i+16 && j < len(b); j++ {
+		b[j] ^= 0xa5
+	}
+	if cut > 0 {
+		b = b[:int(float64(len(b))*cut)]
+	}
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+}
+
+// newestSegment is the path and size of the newest WAL segment in data.
+func newestSegment(t *testing.T, data string) (string, int64) {
+	t.Helper()
+	segs, err := filepath.Glob(filepath.Join(data, "wal", "[0-9]*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, segs)
+	slices.Sort(segs)
+	fi, err := os.Stat(segs[len(segs)-1])
+	require.NoError(t, err)
+	return segs[len(segs)-1], fi.Size()
+}
