@@ -43,22 +43,46 @@ fi
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ready() { until curl -sf "http://127.0.0.1:$1/-/ready" >/dev/null; do sleep 0.2; done; }
 
-cat >"$work/agent.yml" <<'EOF'
+# The simulated GPUs' containers are real cgroups of the soak's own, and
+# every cAdvisor (the agents' and the appliance's) watches only those: on a
+# shared machine other people's cgroups come and go (tests, builds), and
+# each new one would be 17 cAdvisors' new series, growth that is not
+# gpuscope's. Without root (no cgroups to make) every cgroup is watched
+# and the head series column shows the churn.
+soak=gpuscope-soak-$$
+allow="[]"
+if [[ $EUID -eq 0 ]]; then
+  for c in train-a train-b leaky input membound hot; do
+    for ctl in cpu cpuacct memory pids blkio; do
+      [[ -d /sys/fs/cgroup/$ctl ]] && mkdir -p "/sys/fs/cgroup/$ctl/$soak/$c" 2>/dev/null || true
+    done
+  done
+  allow="[/$soak]"
+  cgcleanup() { for ctl in cpu cpuacct memory pids blkio; do
+      rmdir /sys/fs/cgroup/$ctl/$soak/* /sys/fs/cgroup/$ctl/$soak 2>/dev/null || true; done; }
+else
+  cgcleanup() { :; }
+fi
+trap 'cleanup; cgcleanup' EXIT
+
+cat >"$work/agent.yml" <<EOF
 global:
   scrape_interval: 15s
+cadvisor:
+  raw_cgroup_prefix_allowlist: $allow
 gpu:
   backend: sim
   sim:
     count: 8
     time_scale: 30
     gpus:
-      - {scenario: training, container: /bench/train-a}
-      - {scenario: training, container: /bench/train-a}
-      - {scenario: training, container: /bench/train-b}
-      - {scenario: leak, container: /bench/leaky}
-      - {scenario: input-bound, container: /bench/input}
-      - {scenario: memory-bound, container: /bench/membound}
-      - {scenario: thermal, container: /bench/hot}
+      - {scenario: training, container: /$soak/train-a}
+      - {scenario: training, container: /$soak/train-a}
+      - {scenario: training, container: /$soak/train-b}
+      - {scenario: leak, container: /$soak/leaky}
+      - {scenario: input-bound, container: /$soak/input}
+      - {scenario: memory-bound, container: /$soak/membound}
+      - {scenario: thermal, container: /$soak/hot}
       - {scenario: idle}
 EOF
 
@@ -76,6 +100,8 @@ done
 cat >"$work/serve.yml" <<EOF
 global:
   scrape_interval: 15s
+cadvisor:
+  raw_cgroup_prefix_allowlist: $allow
 nodes:
   static:
 $static
@@ -132,7 +158,8 @@ cat "$work/table"
 echo
 awk -v nodes="$nodes" -v minutes="$minutes" -v block="$block" 'NR>1 && $9>0 {
     n++; x=$1; y=$2; sx+=x; sy+=y; sxx+=x*x; sxy+=x*y
-    if (n==1) { first=$1; gmin=gmax=$5; fmin=fmax=$6; amin=amax=$10 }
+    if (n==1) { first=$1; gmin=gmax=$5; fmin=fmax=$6; amin=amax=$10; smin=smax=$7 }
+    if ($7<smin) smin=$7; if ($7>smax) smax=$7
     if ($5<gmin) gmin=$5; if ($5>gmax) gmax=$5
     if ($6<fmin) fmin=$6; if ($6>fmax) fmax=$6
     if ($10<amin) amin=$10; if ($10>amax) amax=$10
@@ -144,6 +171,7 @@ awk -v nodes="$nodes" -v minutes="$minutes" -v block="$block" 'NR>1 && $9>0 {
     slope=60*(n*sxy-sx*sy)/d; mean=sy/n
     aslope=60*(n*asxy-asx*asy)/d
     printf "after the first head compaction (minute %d on, %d samples): RSS mean %.1f MB, slope %+.2f MB/h (%+.1f%%/h); anon slope %+.2f MB/h\n", first, n, mean, slope, 100*slope/mean, aslope
+    printf "head series %d..%d\n", smin, smax
     printf "goroutines %d..%d (max-min %d); open fds %d..%d (max-min %d); agents total RSS %.0f..%.0f MB\n", gmin, gmax, gmax-gmin, fmin, fmax, fmax-fmin, amin, amax
     flat = (slope < 0 ? -slope : slope) < 0.05*mean && gmax-gmin <= 10 && fmax-fmin <= 10
     printf "verdict: %s (%d nodes, %d min, block range %s)\n", flat ? "FLAT" : "GROWTH", nodes, minutes, block
