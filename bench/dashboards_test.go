@@ -53,8 +53,8 @@ const (
 //
 //	go test -run '^$' -bench BenchmarkDashboardLoad -benchtime 5x -count 3 -timeout 60m ./bench/
 //
-// The first run generates the data (about 37 M samples) into
-// $TMPDIR/gpuscope-bench-dashboards and reuses it after.
+// The first run generates the data (33 M scraped and 8 M recorded samples)
+// into $TMPDIR/gpuscope-bench-dashboards-v5 and reuses it after.
 func BenchmarkDashboardLoad(b *testing.B) {
 	db, end := benchData(b)
 	engine := promql.NewEngine(promql.EngineOpts{
@@ -297,7 +297,7 @@ func expandRecordingRules(b testing.TB, expr string, records map[string][]record
 // of retention would have it after a day: compacted blocks up to 36 h long
 // (a tenth of the retention).
 func benchData(b *testing.B) (*tsdb.DB, time.Time) {
-	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v4")
+	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v5")
 	opts := tsdb.DefaultOptions()
 	opts.RetentionDuration = (15 * 24 * time.Hour).Milliseconds()
 	opts.MaxBlockDuration = opts.RetentionDuration / 10
@@ -360,6 +360,14 @@ func generate(b *testing.B, db *tsdb.DB, end time.Time) int {
 	counter := func(perSecond float64) func(time.Time, int) float64 {
 		return func(_ time.Time, step int) float64 { return perSecond * scrape.Seconds() * float64(step) }
 	}
+	when := func(v func(time.Time, int) float64, cond func(float64) bool) func(time.Time, int) float64 {
+		return func(t time.Time, step int) float64 {
+			if cond(v(t, step)) {
+				return 1
+			}
+			return 0
+		}
+	}
 	reasons := []string{"gpu_idle", "clocks_setting", "power_cap", "hw_slowdown", "sync_boost", "sw_thermal", "hw_thermal", "hw_power_brake", "display_clocks"}
 	for n := 1; n <= nodes; n++ {
 		inst := fmt.Sprintf("node-%02d", n)
@@ -383,9 +391,11 @@ func generate(b *testing.B, db *tsdb.DB, end time.Time) int {
 			gpu("DCGM_FI_DEV_FB_TOTAL", constant(81559))
 			gpu("DCGM_FI_DEV_FB_USED", wave(6*time.Hour, phase, 10000, 78000))
 			gpu("DCGM_FI_DEV_FB_FREE", wave(6*time.Hour, phase+math.Pi, 3000, 71000))
-			gpu("DCGM_FI_DEV_GPU_TEMP", wave(3*time.Hour, phase, 35, 80))
+			temp := wave(3*time.Hour, phase, 35, 80)
+			gpu("DCGM_FI_DEV_GPU_TEMP", temp)
 			gpu("DCGM_FI_DEV_MEMORY_TEMP", wave(3*time.Hour, phase, 40, 85))
-			gpu("DCGM_FI_DEV_POWER_USAGE", wave(3*time.Hour, phase, 90, 690))
+			power := wave(3*time.Hour, phase, 90, 690)
+			gpu("DCGM_FI_DEV_POWER_USAGE", power)
 			gpu("DCGM_FI_DEV_SM_CLOCK", constant(1980))
 			gpu("DCGM_FI_DEV_MEM_CLOCK", constant(2619))
 			gpu("DCGM_FI_DEV_MEM_COPY_UTIL", wave(3*time.Hour, phase, 2, 60))
@@ -396,8 +406,20 @@ func generate(b *testing.B, db *tsdb.DB, end time.Time) int {
 			gpu("gpuscope_gpu_pcie_tx_bytes_per_second", wave(time.Hour, phase, 1e8, 2e10))
 			gpu("gpuscope_gpu_pcie_rx_bytes_per_second", wave(time.Hour, phase+1, 1e8, 2e10))
 			gpu("gpuscope_gpu_pcie_max_bandwidth_bytes_per_second", constant(63.008e9))
+			// Reasons are active as on a real GPU: power cap near the
+			// power limit, thermal slowdown when hot, idle when idle; the
+			// others never.
 			for _, reason := range reasons {
-				gpu("gpuscope_gpu_clock_event_active", constant(0), "reason", reason)
+				active := constant(0)
+				switch reason {
+				case "power_cap":
+					active = when(power, func(w float64) bool { return w > 650 })
+				case "sw_thermal":
+					active = when(temp, func(c float64) bool { return c > 78 })
+				case "gpu_idle":
+					active = when(util, func(u float64) bool { return u < 10 })
+				}
+				gpu("gpuscope_gpu_clock_event_active", active, "reason", reason)
 			}
 			id := fmt.Sprintf("/gpuscope-bench/c%d", g%containersNode)
 			gpu("gpuscope_gpu_container_memory_used_bytes", wave(6*time.Hour, phase, 1e10, 7.8e10), "id", id, "name", "", "image", "")

@@ -55,10 +55,10 @@ func gpuOverview() *dashboard.DashboardBuilder {
 		WithPanel(timeseriesPanel("Power draw", "DCGM_FI_DEV_POWER_USAGE.", unitWatt,
 			target(`gpu:dcgm_fi_dev_power_usage:avg1m{`+gpuSel+`}`, gpuLegend)).
 			Min(0)).
-		WithPanel(timeseriesPanel("Clocks", "SM and memory clocks (DCGM reports MHz).", unitHertz,
-			target(`gpu:dcgm_fi_dev_sm_clock:avg1m{`+gpuSel+`} * 1e6`, "SM "+gpuLegend),
-			target(`gpu:dcgm_fi_dev_mem_clock:avg1m{`+gpuSel+`} * 1e6`, "memory "+gpuLegend))).
-		WithPanel(timeseriesPanel("Throttle reasons", "Clock event reasons active on each GPU (1 = active): power cap, thermal slowdown, sync boost and others.", unitCount,
+		WithPanel(timeseriesPanel("Clocks", "SM and memory clocks (DCGM_FI_DEV_SM_CLOCK and DCGM_FI_DEV_MEM_CLOCK, which DCGM reports in MHz).", unitHertz,
+			target(`gpu:dcgm_fi_dev_sm_clock_hertz:avg1m{`+gpuSel+`}`, "SM "+gpuLegend),
+			target(`gpu:dcgm_fi_dev_mem_clock_hertz:avg1m{`+gpuSel+`}`, "memory "+gpuLegend))).
+		WithPanel(timeseriesPanel("Throttle reasons", "Clock event reasons active on each GPU: a point at 1 for each minute the reason (power cap, thermal slowdown, sync boost and others) was active, nothing while none was.", unitCount,
 			target(`gpu:gpuscope_gpu_clock_event_active:max1m{`+gpuSel+`}`, "{{reason}} "+gpuLegend)).
 			Min(0).Max(1)).
 		WithRow(dashboard.NewRowBuilder("PCIe, NVLink and errors")).
