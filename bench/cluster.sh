@@ -23,17 +23,7 @@ cd "$(dirname "$0")/.."
 minutes=${1:-10}
 nodes=${2:-16}
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/gpuscope" .
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ready() { until curl -sf "http://127.0.0.1:$1/-/ready" >/dev/null; do sleep 0.2; done; }
+source bench/lib.sh
 
 cat >"$work/agent.yml" <<'EOF'
 global:
@@ -58,7 +48,7 @@ agent_pids=()
 static=""
 for i in $(seq -w 1 "$nodes"); do
   port=$(freeport)
-  "$work/gpuscope" agent --config.file="$work/agent.yml" --web.listen-address=127.0.0.1:$port \
+  "$bin" agent --config.file="$work/agent.yml" --web.listen-address=127.0.0.1:$port \
     --node.name=node-$i >"$work/agent-$i.log" 2>&1 &
   pids+=($!); agent_pids+=($!)
   ready "$port"
@@ -75,7 +65,7 @@ nodes:
 $static
 EOF
 port=$(freeport)
-"$work/gpuscope" serve --config.file="$work/serve.yml" --web.listen-address=127.0.0.1:$port \
+"$bin" serve --config.file="$work/serve.yml" --web.listen-address=127.0.0.1:$port \
   --storage.tsdb.path="$work/data" --node.name=appliance >"$work/serve.log" 2>&1 &
 pid=$!; pids+=($pid)
 ready "$port"
@@ -84,7 +74,7 @@ ready "$port"
 # engine, its own ~600 series) to take off for the marginal cost per series.
 printf 'global:\n  scrape_interval: 15s\ncadvisor: {enabled: false}\ngpu: {backend: none}\n' >"$work/base.yml"
 bport=$(freeport)
-"$work/gpuscope" serve --config.file="$work/base.yml" --web.listen-address=127.0.0.1:$bport \
+"$bin" serve --config.file="$work/base.yml" --web.listen-address=127.0.0.1:$bport \
   --storage.tsdb.path="$work/base" --node.name=baseline >"$work/base.log" 2>&1 &
 bpid=$!; pids+=($bpid)
 ready "$bport"

@@ -28,21 +28,8 @@ cd "$(dirname "$0")/.."
 minutes=${1:-5}
 series=${2:-100000}
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  [[ -n "${KEEP:-}" ]] || rm -rf "$work"
-}
-trap cleanup EXIT
-bin=${GPUSCOPE_BIN:-}
-if [[ -z "$bin" ]]; then
-  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/gpuscope" .
-  bin="$work/gpuscope"
-fi
+source bench/lib.sh
 go build -o "$work/crashtarget" ./bench/crashtarget
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ready() { until curl -sf "http://127.0.0.1:$1/-/ready" >/dev/null; do sleep 0.05; done; }
 now() { date +%s.%N; }
 

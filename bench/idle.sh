@@ -12,13 +12,11 @@ cd "$(dirname "$0")/.."
 window=${1:-300}
 shift || true
 
-work=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/gpuscope" . 2>/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$work/gpuscope" serve --web.listen-address=127.0.0.1:$port --storage.tsdb.path="$work/data" "$@" >"$work/log" 2>&1 &
-pid=$!
-until curl -sf "http://127.0.0.1:$port/-/ready" >/dev/null; do sleep 0.2; done
+source bench/lib.sh
+port=$(freeport)
+"$bin" serve --web.listen-address=127.0.0.1:$port --storage.tsdb.path="$work/data" "$@" >"$work/log" 2>&1 &
+pid=$!; pids+=($pid)
+ready "$port"
 
 # Warm-up: the first scrapes create every series and cAdvisor's first
 # housekeeping reads every cgroup; idle cost is what comes after.

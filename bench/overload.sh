@@ -27,22 +27,9 @@ memory_limit=${MEMORY_LIMIT:-$((512 << 20))}
 max_samples=${MAX_SAMPLES:-5000}
 query_timeout=${QUERY_TIMEOUT:-2s}
 
-work=$(mktemp -d)
-pid=""
+source bench/lib.sh
 cg=""
-cleanup() {
-  [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-  [[ -n "$cg" ]] && rmdir "$cg" 2>/dev/null || true
-  [[ -n "${KEEP:-}" ]] || rm -rf "$work"
-}
-trap cleanup EXIT
-bin=${GPUSCOPE_BIN:-}
-if [[ -z "$bin" ]]; then
-  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/gpuscope" .
-  bin="$work/gpuscope"
-fi
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ready() { until curl -sf "http://127.0.0.1:$1/-/ready" >/dev/null; do sleep 0.2; done; }
+on_exit+=('[[ -z "$cg" ]] || rmdir "$cg" 2>/dev/null')
 
 # A memory cgroup: below this shell's own (cgroup v1) or at the root of the
 # unified hierarchy (v2).
@@ -76,7 +63,7 @@ if [[ -n "$cg" ]]; then
 else
   "$bin" "${args[@]}" >"$work/serve.log" 2>&1 &
 fi
-pid=$!
+pid=$!; pids+=($pid)
 ready "$port"
 url=http://127.0.0.1:$port
 

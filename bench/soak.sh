@@ -27,21 +27,7 @@ minutes=${1:-60}
 nodes=${2:-16}
 block=${3:-10m}
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  [[ -n "${KEEP:-}" ]] || rm -rf "$work"
-}
-trap cleanup EXIT
-bin=${GPUSCOPE_BIN:-}
-if [[ -z "$bin" ]]; then
-  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/gpuscope" .
-  bin="$work/gpuscope"
-fi
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-ready() { until curl -sf "http://127.0.0.1:$1/-/ready" >/dev/null; do sleep 0.2; done; }
+source bench/lib.sh
 
 # The simulated GPUs' containers are real cgroups of the soak's own, and
 # every cAdvisor (the agents' and the appliance's) watches only those: on a
@@ -58,12 +44,8 @@ if [[ $EUID -eq 0 ]]; then
     done
   done
   allow="[/$soak]"
-  cgcleanup() { for ctl in cpu cpuacct memory pids blkio; do
-      rmdir /sys/fs/cgroup/$ctl/$soak/* /sys/fs/cgroup/$ctl/$soak 2>/dev/null || true; done; }
-else
-  cgcleanup() { :; }
+  on_exit+=('for ctl in cpu cpuacct memory pids blkio; do rmdir /sys/fs/cgroup/$ctl/$soak/* /sys/fs/cgroup/$ctl/$soak 2>/dev/null; done')
 fi
-trap 'cleanup; cgcleanup' EXIT
 
 cat >"$work/agent.yml" <<EOF
 global:
