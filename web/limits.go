@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,47 +26,30 @@ func bodyLimit(n int64) echo.MiddlewareFunc {
 			if r.Body == nil || r.Body == http.NoBody {
 				return next(c)
 			}
-			body := &limitedBody{rc: r.Body, left: n, limit: n}
-			r.Body = body
 			resp := c.Response()
+			body := &limitedBody{ReadCloser: http.MaxBytesReader(resp.Writer, r.Body, n), limit: n}
+			r.Body = body
 			resp.Writer = &tooLargeWriter{ResponseWriter: resp.Writer, body: body}
 			return next(c)
 		}
 	}
 }
 
-// limitedBody is http.MaxBytesReader that remembers it hit the limit.
+// limitedBody is http.MaxBytesReader's body that remembers it hit the
+// limit.
 type limitedBody struct {
-	rc       io.ReadCloser
-	left     int64
+	io.ReadCloser
 	limit    int64
 	exceeded atomic.Bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.exceeded.Load() {
-		return 0, &http.MaxBytesError{Limit: b.limit}
+	n, err := b.ReadCloser.Read(p)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		b.exceeded.Store(true)
 	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	// One byte past the limit tells a body of exactly the limit from a
-	// longer one.
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
-	}
-	n, err := b.rc.Read(p)
-	if int64(n) <= b.left {
-		b.left -= int64(n)
-		return n, err
-	}
-	n = int(b.left)
-	b.left = 0
-	b.exceeded.Store(true)
-	return n, &http.MaxBytesError{Limit: b.limit}
+	return n, err
 }
-
-func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // tooLargeWriter answers 413 once the body was cut, in place of what the
 // handler answers (which may not even mention the cut: the API's form
