@@ -97,8 +97,14 @@ func writeConfig(t *testing.T, dir, text string) string {
 // killed at cleanup if still running.
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{t: t, out: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	return startCommand(t, exec.Command(binary, args...), args)
+}
+
+// startCommand is start for a command that runs gpuscope with args
+// behind a wrapper (a shell that first joins a cgroup).
+func startCommand(t *testing.T, cmd *exec.Cmd, args []string) *process {
+	t.Helper()
+	p := &process{t: t, cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())
 	go func() {
@@ -130,6 +136,13 @@ func start(t *testing.T, args ...string) *process {
 // empty) and waits until /-/ready answers 200.
 func serve(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
+	return serveWith(t, dataDir, func(all []string) *process { return start(t, all...) }, args)
+}
+
+// serveWith is serve with the process started by run, given serve's
+// whole argument list.
+func serveWith(t *testing.T, dataDir string, run func(all []string) *process, args []string) *process {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
 	}
@@ -139,7 +152,7 @@ func serve(t *testing.T, dataDir string, args ...string) *process {
 		"--storage.tsdb.path=" + dataDir,
 		"--node.name=e2e-node",
 	}, args...)
-	p := start(t, all...)
+	p := run(all)
 	p.URL = "http://127.0.0.1:" + strconv.Itoa(port)
 	p.DataDir = dataDir
 	p.waitReady(90 * time.Second)

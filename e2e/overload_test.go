@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -429,44 +428,12 @@ func (cg *appCgroup) stats(t *testing.T) memoryStats {
 // start.
 func serveInCgroup(t *testing.T, cg *appCgroup, args ...string) *process {
 	t.Helper()
-	port := freePort(t)
-	dataDir := t.TempDir()
-	all := append([]string{"serve",
-		"--web.listen-address=127.0.0.1:" + strconv.Itoa(port),
-		"--storage.tsdb.path=" + dataDir,
-		"--node.name=e2e-node",
-	}, args...)
-	p := &process{t: t, out: &syncBuffer{}, exited: make(chan struct{})}
-	// The shell moves itself into the cgroups and becomes gpuscope.
-	sh := []string{"-c", `while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"`, "sh"}
-	for _, d := range cg.dirs {
-		sh = append(sh, filepath.Join(d, "cgroup.procs"))
-	}
-	p.cmd = exec.Command("/bin/sh", append(append(sh, "--", binary), all...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		p.exitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(30 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.exited
-			}
+	return serveWith(t, "", func(all []string) *process {
+		// The shell moves itself into the cgroups and becomes gpuscope.
+		sh := []string{"-c", `while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"`, "sh"}
+		for _, d := range cg.dirs {
+			sh = append(sh, filepath.Join(d, "cgroup.procs"))
 		}
-		if t.Failed() {
-			t.Logf("gpuscope %v output:\n%s", all, p.out.String())
-		}
-	})
-	p.URL = "http://127.0.0.1:" + strconv.Itoa(port)
-	p.DataDir = dataDir
-	p.waitReady(90 * time.Second)
-	return p
+		return startCommand(t, exec.Command("/bin/sh", append(append(sh, "--", binary), all...)...), all)
+	}, args)
 }
