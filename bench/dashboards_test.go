@@ -97,6 +97,15 @@ type benchQuery struct {
 	instant     bool
 }
 
+// query is the panel's query as Grafana sends it: instant at the end of
+// the range, or over the range at its interval.
+func (q benchQuery) query(engine *promql.Engine, db *tsdb.DB, r dashboards.TimeRange) (promql.Query, error) {
+	if q.instant {
+		return engine.NewInstantQuery(context.Background(), db, nil, q.expr, r.To)
+	}
+	return engine.NewRangeQuery(context.Background(), db, nil, q.expr, r.From, r.To, r.Interval())
+}
+
 // dashboardQueries expands a dashboard's targets with every variable on
 // All, its values read from the data as Grafana's label_values does.
 func dashboardQueries(b *testing.B, set *dashboards.Set, uid string, db *tsdb.DB, engine *promql.Engine, r dashboards.TimeRange) []benchQuery {
@@ -147,15 +156,7 @@ func labelValues(b *testing.B, db *tsdb.DB, engine *promql.Engine, selector, lab
 // targets that are empty by nature here (no alert, no XID) may be empty.
 func requireData(b *testing.B, engine *promql.Engine, db *tsdb.DB, uid string, qs []benchQuery, r dashboards.TimeRange) {
 	for _, q := range qs {
-		var (
-			pq  promql.Query
-			err error
-		)
-		if q.instant {
-			pq, err = engine.NewInstantQuery(context.Background(), db, nil, q.expr, r.To)
-		} else {
-			pq, err = engine.NewRangeQuery(context.Background(), db, nil, q.expr, r.From, r.To, r.Interval())
-		}
+		pq, err := q.query(engine, db, r)
 		require.NoError(b, err)
 		res := pq.Exec(context.Background())
 		require.NoError(b, res.Err, q.expr)
@@ -184,15 +185,7 @@ func loadDashboard(b *testing.B, engine *promql.Engine, db *tsdb.DB, qs []benchQ
 		go func(q benchQuery) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			var (
-				pq  promql.Query
-				err error
-			)
-			if q.instant {
-				pq, err = engine.NewInstantQuery(context.Background(), db, nil, q.expr, r.To)
-			} else {
-				pq, err = engine.NewRangeQuery(context.Background(), db, nil, q.expr, r.From, r.To, r.Interval())
-			}
+			pq, err := q.query(engine, db, r)
 			if err != nil {
 				errs <- fmt.Errorf("%s: %w", q.panel, err)
 				return
