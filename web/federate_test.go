@@ -23,19 +23,18 @@ import (
 	"github.com/gpuscope/gpuscope/storage"
 )
 
-// newFederation serves /federate over a real TSDB holding:
+// newFederation serves /federate over a real TSDB holding, relative to now:
 //
 //	gpu_util{gpu="0"}            10 at now-2m, 20 at now-1m
 //	gpu_util{gpu="1",cluster=x}  30 at now-30s (has its own cluster)
 //	old_metric                   1 at now-10m (outside the 5m lookback)
 //	gone_metric                  1 at now-2m, then a stale marker
 //	latency (native histogram)   at now-1m
-func newFederation(t *testing.T, ready bool) (*httptest.Server, *prometheus.Registry) {
+func newFederation(t *testing.T, ready bool, now time.Time) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	db, err := storage.Open(storage.Options{Dir: t.TempDir(), Retention: 24 * time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	now := time.Now()
 	ms := func(d time.Duration) int64 { return now.Add(-d).UnixMilli() }
 	app := db.Appender(context.Background())
 	for _, s := range []struct {
@@ -105,7 +104,8 @@ func labelMap(m *dto.Metric) map[string]string {
 }
 
 func TestFederationText(t *testing.T) {
-	srv, _ := newFederation(t, true)
+	now := time.Now()
+	srv, _ := newFederation(t, true, now)
 	resp, body := federate(t, srv, "text/plain", `{__name__=~"gpu_util|old_metric|gone_metric|latency"}`)
 	require.Equal(t, 200, resp.StatusCode, string(body))
 	require.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
@@ -125,11 +125,11 @@ func TestFederationText(t *testing.T) {
 	// take the federating Prometheus's target instance (honor_labels).
 	require.Equal(t, map[string]string{"gpu": "0", "cluster": "lab", "region": "eu", "instance": ""}, labelMap(byGPU["0"]), "external labels added")
 	require.Equal(t, map[string]string{"gpu": "1", "cluster": "x", "region": "eu", "instance": ""}, labelMap(byGPU["1"]), "a series' own label wins over the external one")
-	require.Equal(t, time.Now().Add(-30*time.Second).UnixMilli()/1000, byGPU["1"].GetTimestampMs()/1000, "the sample's own timestamp")
+	require.Equal(t, now.Add(-30*time.Second).UnixMilli(), byGPU["1"].GetTimestampMs(), "the sample's own timestamp")
 }
 
 func TestFederationProtobuf(t *testing.T) {
-	srv, _ := newFederation(t, true)
+	srv, _ := newFederation(t, true, time.Now())
 	accept := `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited`
 	resp, body := federate(t, srv, accept, `latency`, `gpu_util{gpu="0"}`)
 	require.Equal(t, 200, resp.StatusCode, string(body))
@@ -155,7 +155,7 @@ func TestFederationProtobuf(t *testing.T) {
 }
 
 func TestFederationErrors(t *testing.T) {
-	srv, reg := newFederation(t, true)
+	srv, reg := newFederation(t, true, time.Now())
 	resp, body := federate(t, srv, "", `gpu_util{`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Contains(t, string(body), "parse error")
@@ -175,7 +175,7 @@ func TestFederationErrors(t *testing.T) {
 	require.True(t, names["prometheus_web_federation_errors_total"])
 	require.True(t, names["prometheus_web_federation_warnings_total"])
 
-	notReady, _ := newFederation(t, false)
+	notReady, _ := newFederation(t, false, time.Now())
 	resp, _ = federate(t, notReady, "", `up`)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "503 until the TSDB is open")
 }
