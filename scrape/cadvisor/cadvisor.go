@@ -40,15 +40,29 @@ type Options struct {
 
 // Collector owns an in-process cAdvisor manager and the registry that
 // exposes its container and machine metrics.
+//
+// The manager is created by Run, not New: creating it asks each runtime
+// for its storage root, and cAdvisor's Docker plugin retries that five
+// times a second apart when there is no Docker daemon, so a host without
+// Docker would wait 5 s before anything else started (cAdvisor itself
+// starts that slowly). Until it exists, scrapes wait for it within their
+// own timeout and Lookup knows no containers.
 type Collector struct {
 	logger   *slog.Logger
-	manager  manager.Manager
 	registry *prometheus.Registry
 	interval time.Duration
 	metrics  container.MetricSet
+	prefixes []string
+	envAllow []string
+	labels   metrics.ContainerLabelsFunc
+
+	created   chan struct{}   // closed once Run has tried to create the manager
+	manager   manager.Manager // set before created is closed; nil if creation failed
+	createErr error
 }
 
-// New creates the cAdvisor manager. It does not start housekeeping; Run does.
+// New checks the configuration. It creates no cAdvisor manager and starts
+// no housekeeping; Run does both.
 func New(o Options) (*Collector, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -64,13 +78,6 @@ func New(o Options) (*Collector, error) {
 	if interval <= 0 {
 		return nil, errors.New("cadvisor: housekeeping interval must be positive")
 	}
-	// cAdvisor reads its per-container housekeeping interval from a flag
-	// variable of its manager package rather than from an option; there is
-	// one cAdvisor per process, so setting it here is the supported way
-	// (the kubelet does the same through the flag).
-	*manager.HousekeepingInterval = interval
-	maxInterval := max(60*time.Second, interval)
-	allowDynamic := true
 	// cAdvisor's raw factory accepts a cgroup when its name has one of
 	// these prefixes; its flag's empty default splits to [""], which
 	// accepts every cgroup. An empty list would accept only "/".
@@ -78,75 +85,118 @@ func New(o Options) (*Collector, error) {
 	if len(prefixes) == 0 {
 		prefixes = []string{""}
 	}
+	labels := metrics.DefaultContainerLabels
+	if !o.Config.StoreContainerLabels {
+		labels = metrics.BaseContainerLabels(o.Config.ContainerLabelAllowlist)
+	}
+	return &Collector{
+		logger:   o.Logger,
+		registry: prometheus.NewRegistry(),
+		interval: interval,
+		metrics:  set,
+		prefixes: prefixes,
+		envAllow: o.Config.EnvMetadataAllowlist,
+		labels:   labels,
+		created:  make(chan struct{}),
+	}, nil
+}
+
+// Run creates the cAdvisor manager, starts its housekeeping and watchers,
+// and stops them when ctx ends. Run once.
+func (c *Collector) Run(ctx context.Context) error {
+	m, err := c.newManager()
+	c.manager, c.createErr = m, err
+	close(c.created)
+	if err != nil {
+		return err
+	}
+	if err := m.Start(); err != nil {
+		return fmt.Errorf("start cAdvisor manager: %w", err)
+	}
+	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","))
+	<-ctx.Done()
+	if err := m.Stop(); err != nil {
+		return fmt.Errorf("stop cAdvisor manager: %w", err)
+	}
+	return nil
+}
+
+func (c *Collector) newManager() (manager.Manager, error) {
+	// cAdvisor reads its per-container housekeeping interval from a flag
+	// variable of its manager package rather than from an option; there is
+	// one cAdvisor per process, so setting it here is the supported way
+	// (the kubelet does the same through the flag).
+	*manager.HousekeepingInterval = c.interval
+	maxInterval := max(60*time.Second, c.interval)
+	allowDynamic := true
 	m, err := manager.New(
 		// Keep two housekeeping rounds of stats: the exporter reads only the
 		// latest one, and rates are computed by PromQL, not by cAdvisor.
-		memory.New(2*interval+time.Second, nil),
+		memory.New(2*c.interval+time.Second, nil),
 		sysfs.NewRealSysFs(),
 		manager.HousekeepingConfig{Interval: &maxInterval, AllowDynamic: &allowDynamic},
-		set,
-		prefixes,
-		o.Config.EnvMetadataAllowlist,
+		c.metrics,
+		c.prefixes,
+		c.envAllow,
 		"", // no perf events config: perf_event metrics stay empty unless configured
 		0,  // resctrl interval: resctrl is off by default
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create cAdvisor manager: %w", err)
 	}
-
-	labels := metrics.DefaultContainerLabels
-	if !o.Config.StoreContainerLabels {
-		labels = metrics.BaseContainerLabels(o.Config.ContainerLabelAllowlist)
+	if err := c.registry.Register(metrics.NewPrometheusCollector(m, c.labels, c.metrics, clock.RealClock{}, info.RequestOptions{
+		IdType:    info.TypeName,
+		Count:     1,
+		Recursive: true,
+	})); err != nil {
+		return nil, fmt.Errorf("register cAdvisor's container metrics: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		metrics.NewPrometheusCollector(m, labels, set, clock.RealClock{}, info.RequestOptions{
-			IdType:    info.TypeName,
-			Count:     1,
-			Recursive: true,
-		}),
-		metrics.NewPrometheusMachineCollector(m, set),
-	)
-	return &Collector{
-		logger:   o.Logger,
-		manager:  m,
-		registry: reg,
-		interval: interval,
-		metrics:  set,
-	}, nil
-}
-
-// Run starts cAdvisor's housekeeping and watchers and stops them when ctx
-// ends.
-func (c *Collector) Run(ctx context.Context) error {
-	if err := c.manager.Start(); err != nil {
-		return fmt.Errorf("start cAdvisor manager: %w", err)
+	if err := c.registry.Register(metrics.NewPrometheusMachineCollector(m, c.metrics)); err != nil {
+		return nil, fmt.Errorf("register cAdvisor's machine metrics: %w", err)
 	}
-	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","))
-	<-ctx.Done()
-	if err := c.manager.Stop(); err != nil {
-		return fmt.Errorf("stop cAdvisor manager: %w", err)
-	}
-	return nil
+	return m, nil
 }
 
 // Handler serves cAdvisor's metrics in the exposition format, as
-// /metrics/cadvisor of the kubelet does.
+// /metrics/cadvisor of the kubelet does. A scrape that arrives before Run
+// has created the manager waits for it as long as the scrape's context
+// allows, then gets 503 with the reason.
 func (c *Collector) Handler() http.Handler {
-	return promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{
+	metricsHandler := promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{
 		// A container that fails to report must not fail the whole scrape;
 		// cAdvisor counts such failures in container_scrape_error.
 		ErrorHandling: promhttp.ContinueOnError,
 	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-c.created:
+		case <-r.Context().Done():
+			http.Error(w, "cAdvisor is still starting", http.StatusServiceUnavailable)
+			return
+		}
+		if c.createErr != nil {
+			http.Error(w, c.createErr.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		metricsHandler.ServeHTTP(w, r)
+	})
 }
 
-// Gatherer exposes the registry for tests and benchmarks.
+// Gatherer exposes the registry for tests and benchmarks; it gathers
+// nothing until Run has created the manager.
 func (c *Collector) Gatherer() prometheus.Gatherer { return c.registry }
 
 // Lookup returns the name and image cAdvisor knows for a container id (its
 // cgroup path), so other collectors can label their series the same way.
+// It never waits: before cAdvisor has discovered a container it is not
+// known, as for any container in its first moments.
 func (c *Collector) Lookup(id string) (name, image string, ok bool) {
-	if !c.manager.Exists(id) {
+	select {
+	case <-c.created:
+	default:
+		return "", "", false
+	}
+	if c.manager == nil || !c.manager.Exists(id) {
 		return "", "", false
 	}
 	infos, err := c.manager.GetRequestedContainersInfo(id, info.RequestOptions{IdType: info.TypeName, Count: 1})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,6 +94,40 @@ func TestCollectorSeesANewCgroup(t *testing.T) {
 	require.True(t, ok, "Lookup knows the cgroup")
 	_, _, ok = c.Lookup("/no-such-cgroup")
 	require.False(t, ok)
+}
+
+// TestScrapeBeforeRun: the manager is created by Run (which can take
+// seconds without Docker), so a scrape that comes first waits within its
+// own deadline and is told why it got nothing, and Lookup knows no
+// container; once Run has created the manager, the same handler serves
+// cAdvisor's metrics.
+func TestScrapeBeforeRun(t *testing.T) {
+	c, err := New(Options{Config: DefaultConfig(), Interval: time.Second})
+	require.NoError(t, err)
+	h := c.Handler()
+
+	ctx, cancelScrape := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelScrape()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/cadvisor", nil).WithContext(ctx))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Contains(t, rec.Body.String(), "cAdvisor is still starting")
+	_, _, ok := c.Lookup("/")
+	require.False(t, ok, "no manager yet: no container is known")
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	// No deadline: this scrape waits for Run to create the manager.
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/cadvisor", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), "machine_cpu_cores ", "cAdvisor's machine metrics")
+	require.Eventually(t, func() bool { _, _, ok := c.Lookup("/"); return ok }, 20*time.Second, 50*time.Millisecond, "the root cgroup, once housekeeping has run")
 }
 
 func TestNewRejectsZeroInterval(t *testing.T) {
