@@ -56,9 +56,9 @@ type Collector struct {
 	envAllow []string
 	labels   metrics.ContainerLabelsFunc
 
-	created   chan struct{}   // closed once Run has tried to create the manager
-	manager   manager.Manager // set before created is closed; nil if creation failed
-	createErr error
+	started  chan struct{}   // closed once Run has tried to create and start the manager
+	manager  manager.Manager // set before started is closed; nil if that failed
+	startErr error
 }
 
 // New checks the configuration. It creates no cAdvisor manager and starts
@@ -97,7 +97,7 @@ func New(o Options) (*Collector, error) {
 		prefixes: prefixes,
 		envAllow: o.Config.EnvMetadataAllowlist,
 		labels:   labels,
-		created:  make(chan struct{}),
+		started:  make(chan struct{}),
 	}, nil
 }
 
@@ -105,14 +105,22 @@ func New(o Options) (*Collector, error) {
 // and stops them when ctx ends. Run once.
 func (c *Collector) Run(ctx context.Context) error {
 	m, err := c.newManager()
-	c.manager, c.createErr = m, err
-	close(c.created)
+	if err == nil {
+		// Start creates the root container and those already there, each
+		// with its first housekeeping at once, so the first scrape after
+		// it has them.
+		if err = m.Start(); err != nil {
+			err = fmt.Errorf("start cAdvisor manager: %w", err)
+		}
+	}
 	if err != nil {
+		c.startErr = err
+		close(c.started)
 		return err
 	}
-	if err := m.Start(); err != nil {
-		return fmt.Errorf("start cAdvisor manager: %w", err)
-	}
+	c.waitForRootStats(ctx, m)
+	c.manager = m
+	close(c.started)
 	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","))
 	<-ctx.Done()
 	if err := m.Stop(); err != nil {
@@ -121,12 +129,39 @@ func (c *Collector) Run(ctx context.Context) error {
 	return nil
 }
 
+// waitForRootStats waits, at most one housekeeping interval, for the root
+// container's first stats: Start begins each container's housekeeping at
+// once but asynchronously, and a scrape let in before it would find no
+// container series at all.
+func (c *Collector) waitForRootStats(ctx context.Context, m manager.Manager) {
+	ctx, cancel := context.WithTimeout(ctx, c.interval)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		infos, err := m.GetRequestedContainersInfo("/", info.RequestOptions{IdType: info.TypeName, Count: 1})
+		if err == nil && infos["/"] != nil && len(infos["/"].Stats) > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.logger.Warn("cAdvisor has no stats of the root cgroup yet; serving without them", "waited", c.interval, "err", err)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func (c *Collector) newManager() (manager.Manager, error) {
 	// cAdvisor reads its per-container housekeeping interval from a flag
 	// variable of its manager package rather than from an option; there is
 	// one cAdvisor per process, so setting it here is the supported way
-	// (the kubelet does the same through the flag).
-	*manager.HousekeepingInterval = c.interval
+	// (the kubelet does the same through the flag). Only a change is
+	// written: a stopped manager's housekeeping goroutines end after Stop
+	// returns and still read it.
+	if *manager.HousekeepingInterval != c.interval {
+		*manager.HousekeepingInterval = c.interval
+	}
 	maxInterval := max(60*time.Second, c.interval)
 	allowDynamic := true
 	m, err := manager.New(
@@ -159,7 +194,7 @@ func (c *Collector) newManager() (manager.Manager, error) {
 
 // Handler serves cAdvisor's metrics in the exposition format, as
 // /metrics/cadvisor of the kubelet does. A scrape that arrives before Run
-// has created the manager waits for it as long as the scrape's context
+// has started the manager waits for it as long as the scrape's context
 // allows, then gets 503 with the reason.
 func (c *Collector) Handler() http.Handler {
 	metricsHandler := promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{
@@ -169,13 +204,13 @@ func (c *Collector) Handler() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-c.created:
+		case <-c.started:
 		case <-r.Context().Done():
 			http.Error(w, "cAdvisor is still starting", http.StatusServiceUnavailable)
 			return
 		}
-		if c.createErr != nil {
-			http.Error(w, c.createErr.Error(), http.StatusServiceUnavailable)
+		if c.startErr != nil {
+			http.Error(w, c.startErr.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		metricsHandler.ServeHTTP(w, r)
@@ -192,7 +227,7 @@ func (c *Collector) Gatherer() prometheus.Gatherer { return c.registry }
 // known, as for any container in its first moments.
 func (c *Collector) Lookup(id string) (name, image string, ok bool) {
 	select {
-	case <-c.created:
+	case <-c.started:
 	default:
 		return "", "", false
 	}

@@ -102,7 +102,9 @@ func TestCollectorSeesANewCgroup(t *testing.T) {
 // container; once Run has created the manager, the same handler serves
 // cAdvisor's metrics.
 func TestScrapeBeforeRun(t *testing.T) {
-	c, err := New(Options{Config: DefaultConfig(), Interval: time.Second})
+	// The interval of TestCollectorSeesANewCgroup: cAdvisor keeps it in a
+	// package variable that the previous test's housekeeping still reads.
+	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	h := c.Handler()
 
@@ -127,6 +129,7 @@ func TestScrapeBeforeRun(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/cadvisor", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Contains(t, rec.Body.String(), "machine_cpu_cores ", "cAdvisor's machine metrics")
+	require.Contains(t, rec.Body.String(), `container_cpu_usage_seconds_total{cpu="total",id="/"`, "the root cgroup's stats are in the first scrape")
 	require.Eventually(t, func() bool { _, _, ok := c.Lookup("/"); return ok }, 20*time.Second, 50*time.Millisecond, "the root cgroup, once housekeeping has run")
 }
 
