@@ -104,21 +104,12 @@ func New(o Options) (*Collector, error) {
 // Run creates the cAdvisor manager, starts its housekeeping and watchers,
 // and stops them when ctx ends. Run once.
 func (c *Collector) Run(ctx context.Context) error {
-	m, err := c.newManager()
-	if err == nil {
-		// Start creates the root container and those already there, each
-		// with its first housekeeping at once, so the first scrape after
-		// it has them.
-		if err = m.Start(); err != nil {
-			err = fmt.Errorf("start cAdvisor manager: %w", err)
-		}
-	}
+	m, err := c.start(ctx)
 	if err != nil {
 		c.startErr = err
 		close(c.started)
 		return err
 	}
-	c.waitForRootStats(ctx, m)
 	c.manager = m
 	close(c.started)
 	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","))
@@ -127,6 +118,43 @@ func (c *Collector) Run(ctx context.Context) error {
 		return fmt.Errorf("stop cAdvisor manager: %w", err)
 	}
 	return nil
+}
+
+// start creates and starts the manager, and registers cAdvisor's
+// collectors last, so that the registry gathers nothing before the
+// handler and Lookup consider cAdvisor started.
+func (c *Collector) start(ctx context.Context) (manager.Manager, error) {
+	m, err := c.newManager()
+	if err != nil {
+		return nil, err
+	}
+	// Start creates the root container and those already there, each
+	// with its first housekeeping at once, so the first scrape after it
+	// has them.
+	if err := m.Start(); err != nil {
+		return nil, fmt.Errorf("start cAdvisor manager: %w", err)
+	}
+	c.waitForRootStats(ctx, m)
+
+	containers := oomInfoProvider{Manager: m}
+	if c.metrics.Has(container.OOMMetrics) {
+		if containers.oom, err = newOOMKills(); err != nil {
+			c.logger.Warn("container_oom_events_total will stay 0: the kernel's OOM kill counts cannot be read", "err", err)
+		}
+	}
+	if err := c.registry.Register(metrics.NewPrometheusCollector(containers, c.labels, c.metrics, clock.RealClock{}, info.RequestOptions{
+		IdType:    info.TypeName,
+		Count:     1,
+		Recursive: true,
+	})); err != nil {
+		_ = m.Stop()
+		return nil, fmt.Errorf("register cAdvisor's container metrics: %w", err)
+	}
+	if err := c.registry.Register(metrics.NewPrometheusMachineCollector(m, c.metrics)); err != nil {
+		_ = m.Stop()
+		return nil, fmt.Errorf("register cAdvisor's machine metrics: %w", err)
+	}
+	return m, nil
 }
 
 // waitForRootStats waits, at most one housekeeping interval, for the root
@@ -179,16 +207,6 @@ func (c *Collector) newManager() (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create cAdvisor manager: %w", err)
 	}
-	if err := c.registry.Register(metrics.NewPrometheusCollector(m, c.labels, c.metrics, clock.RealClock{}, info.RequestOptions{
-		IdType:    info.TypeName,
-		Count:     1,
-		Recursive: true,
-	})); err != nil {
-		return nil, fmt.Errorf("register cAdvisor's container metrics: %w", err)
-	}
-	if err := c.registry.Register(metrics.NewPrometheusMachineCollector(m, c.metrics)); err != nil {
-		return nil, fmt.Errorf("register cAdvisor's machine metrics: %w", err)
-	}
 	return m, nil
 }
 
@@ -218,7 +236,7 @@ func (c *Collector) Handler() http.Handler {
 }
 
 // Gatherer exposes the registry for tests and benchmarks; it gathers
-// nothing until Run has created the manager.
+// nothing until Run has started cAdvisor.
 func (c *Collector) Gatherer() prometheus.Gatherer { return c.registry }
 
 // Lookup returns the name and image cAdvisor knows for a container id (its

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,3 +178,79 @@ func makeCgroup(t *testing.T, name string) []string {
 }
 
 func statErr(p string) error { _, err := os.Stat(p); return err }
+
+// TestOOMKillCounted: a process killed by the kernel for its cgroup's
+// memory limit shows in that container's container_oom_events_total, the
+// counter the cAdvisor library itself leaves at 0.
+func TestOOMKillCounted(t *testing.T) {
+	name := fmt.Sprintf("gpuscope-oom-test-%d", time.Now().UnixNano()%1e6)
+	dirs := makeCgroup(t, name)
+	limited := false
+	for _, d := range dirs {
+		// v1 (memory hierarchy) or v2; with swap the limit covers it too,
+		// so the process is killed rather than swapped out.
+		for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max", "memory.swap.max"} {
+			value := "16777216"
+			if f == "memory.swap.max" {
+				value = "0"
+			}
+			if err := os.WriteFile(filepath.Join(d, f), []byte(value), 0o644); err == nil && (f == "memory.limit_in_bytes" || f == "memory.max") {
+				limited = true
+			}
+		}
+	}
+	if !limited {
+		t.Skip("the kernel refused a memory limit on the test cgroup")
+	}
+
+	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	id := "/" + name
+	oomEvents := func() (float64, bool) {
+		mfs, err := c.Gatherer().Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() != "container_oom_events_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "id" && l.GetValue() == id {
+						return m.GetCounter().GetValue(), true
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	require.Eventually(t, func() bool { _, ok := oomEvents(); return ok }, 20*time.Second, 50*time.Millisecond, "container %s in /metrics/cadvisor", id)
+	n, _ := oomEvents()
+	require.Equal(t, 0.0, n, "no OOM kill yet")
+
+	// The shell waits for a line before it becomes the allocating process,
+	// so that it is in the cgroup, not its parent's, when it allocates.
+	proc := exec.Command("/bin/sh", "-c", "read go; exec tail /dev/zero")
+	stdin, err := proc.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, proc.Start())
+	t.Cleanup(func() { _ = proc.Process.Kill() })
+	for _, d := range dirs {
+		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0o644))
+	}
+	_, err = stdin.Write([]byte("go\n"))
+	require.NoError(t, err)
+	err = proc.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "tail /dev/zero ends only when killed")
+	status, _ := exit.Sys().(syscall.WaitStatus)
+	require.Equal(t, syscall.SIGKILL, status.Signal(), "killed by the OOM killer: %v", err)
+
+	require.Eventually(t, func() bool { n, _ := oomEvents(); return n == 1 }, 20*time.Second, 50*time.Millisecond, "one OOM kill counted for %s", id)
+}
