@@ -162,8 +162,8 @@ func (c *Collector) start(ctx context.Context) (manager.Manager, error) {
 // once but asynchronously, and a scrape let in before it would find no
 // container series at all.
 func (c *Collector) waitForRootStats(ctx context.Context, m manager.Manager) {
-	ctx, cancel := context.WithTimeout(ctx, c.interval)
-	defer cancel()
+	timeout := time.NewTimer(c.interval)
+	defer timeout.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -172,7 +172,9 @@ func (c *Collector) waitForRootStats(ctx context.Context, m manager.Manager) {
 			return
 		}
 		select {
-		case <-ctx.Done():
+		case <-ctx.Done(): // shutting down: nobody is waiting for the stats
+			return
+		case <-timeout.C:
 			c.logger.Warn("cAdvisor has no stats of the root cgroup yet; serving without them", "waited", c.interval, "err", err)
 			return
 		case <-tick.C:
