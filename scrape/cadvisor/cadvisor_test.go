@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/cadvisor/lib/container"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -53,42 +54,20 @@ func TestCollectorSeesANewCgroup(t *testing.T) {
 	proc := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec sleep 60")
 	require.NoError(t, proc.Start())
 	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
-	for _, d := range dirs {
-		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0o644))
-	}
+	joinCgroup(t, dirs, proc.Process.Pid)
 
 	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	runCollector(t, c)
 
 	id := "/" + name
 	require.Eventually(t, func() bool {
-		mfs, err := c.Gatherer().Gather()
-		if err != nil {
+		m, err := containerSeries(c, "container_cpu_usage_seconds_total", id)
+		if err != nil || m == nil {
 			return false
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != "container_cpu_usage_seconds_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["id"] == id {
-					require.Equal(t, "total", labels["cpu"], "percpu is off: one series per container")
-					return true
-				}
-			}
-		}
-		return false
+		require.Equal(t, "total", labelValue(m, "cpu"), "percpu is off: one series per container")
+		return true
 	}, 20*time.Second, 100*time.Millisecond, "container %s in /metrics/cadvisor", id)
 
 	_, _, ok := c.Lookup(id)
@@ -118,13 +97,7 @@ func TestScrapeBeforeRun(t *testing.T) {
 	_, _, ok := c.Lookup("/")
 	require.False(t, ok, "no manager yet: no container is known")
 
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	runCollector(t, c)
 	// No deadline: this scrape waits for Run to create the manager.
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/cadvisor", nil))
@@ -179,6 +152,55 @@ func makeCgroup(t *testing.T, name string) []string {
 
 func statErr(p string) error { _, err := os.Stat(p); return err }
 
+// joinCgroup moves pid into the cgroup's directories from makeCgroup.
+func joinCgroup(t *testing.T, dirs []string, pid int) {
+	t.Helper()
+	for _, d := range dirs {
+		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644))
+	}
+}
+
+// runCollector runs c until the test ends, then requires a clean stop.
+func runCollector(t *testing.T, c *Collector) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// containerSeries is the first series of metric that c exports for the
+// container id, or nil.
+func containerSeries(c *Collector, metric, id string) (*dto.Metric, error) {
+	mfs, err := c.Gatherer().Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labelValue(m, "id") == id {
+				return m, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
 // TestOOMKillCounted: a process killed by the kernel for its cgroup's
 // memory limit shows in that container's container_oom_events_total, the
 // counter the cAdvisor library itself leaves at 0.
@@ -205,30 +227,12 @@ func TestOOMKillCounted(t *testing.T) {
 
 	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	runCollector(t, c)
 	id := "/" + name
 	oomEvents := func() (float64, bool) {
-		mfs, err := c.Gatherer().Gather()
+		m, err := containerSeries(c, "container_oom_events_total", id)
 		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() != "container_oom_events_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "id" && l.GetValue() == id {
-						return m.GetCounter().GetValue(), true
-					}
-				}
-			}
-		}
-		return 0, false
+		return m.GetCounter().GetValue(), m != nil
 	}
 	require.Eventually(t, func() bool { _, ok := oomEvents(); return ok }, 20*time.Second, 50*time.Millisecond, "container %s in /metrics/cadvisor", id)
 	n, _ := oomEvents()
@@ -241,9 +245,7 @@ func TestOOMKillCounted(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, proc.Start())
 	t.Cleanup(func() { _ = proc.Process.Kill() })
-	for _, d := range dirs {
-		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0o644))
-	}
+	joinCgroup(t, dirs, proc.Process.Pid)
 	_, err = stdin.Write([]byte("go\n"))
 	require.NoError(t, err)
 	err = proc.Wait()
