@@ -127,7 +127,6 @@ awk -v c0="${c0[$pid]}" -v c1="$(cpu "$pid")" -v hz="$ticks" -v wall="$wall" \
 for p in "${agent_pids[@]}"; do
   echo "$(( $(cpu "$p") - ${c0[$p]} )) $(kb "$p" VmRSS) $(kb "$p" RssAnon)"
 done >"$work/agents"
-median() { sort -n | awk '{v[NR]=$1} END{m=(NR%2)? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; print m, v[1], v[NR]}'; }
 read -r cm cmin cmax < <(cut -d' ' -f1 "$work/agents" | median)
 read -r rm rmin rmax < <(cut -d' ' -f2 "$work/agents" | median)
 read -r am _ _ < <(cut -d' ' -f3 "$work/agents" | median)

@@ -41,5 +41,6 @@ for r in $(seq 1 "$runs"); do
 done
 echo
 cat "$work/table"
-sort -n -k2 <(tail -n +2 "$work/table") | awk '{a[NR]=$2} END{printf "median ready: %.2f s\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'
-sort -n -k3 <(tail -n +2 "$work/table") | awk '{a[NR]=$3} END{printf "median all built-in jobs up: %.2f s\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'
+read -r ready_m _ _ < <(tail -n +2 "$work/table" | awk '{print $2}' | median)
+read -r up_m _ _ < <(tail -n +2 "$work/table" | awk '{print $3}' | median)
+printf 'median ready: %.2f s\nmedian all built-in jobs up: %.2f s\n' "$ready_m" "$up_m"
