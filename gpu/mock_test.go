@@ -38,6 +38,7 @@ type mockMachine struct {
 	utils [][]nvml.ProcessUtilizationSample
 	// lastSeen records the timestamps passed to GetProcessUtilization.
 	lastSeen [][]uint64
+	proc     string
 }
 
 func newMockMachine(t testing.TB, n int) *mockMachine {
@@ -197,6 +198,9 @@ func (m *mockMachine) fillTelemetry(i int, d *server.Device) {
 	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
 		return uint64(nvml.ClocksEventReasonGpuIdle | nvml.ClocksEventReasonSwThermalSlowdown), nvml.SUCCESS
 	}
+	d.GetCurrentClocksThrottleReasonsFunc = func() (uint64, nvml.Return) {
+		return uint64(nvml.ClocksEventReasonGpuIdle | nvml.ClocksEventReasonSwThermalSlowdown), nvml.SUCCESS
+	}
 	d.GetRetiredPagesFunc = func(nvml.PageRetirementCause) ([]uint64, nvml.Return) { return []uint64{0x1000}, nvml.SUCCESS }
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) {
@@ -228,6 +232,15 @@ func (m *mockMachine) fillTelemetry(i int, d *server.Device) {
 		}
 		return out, nvml.SUCCESS
 	}
+}
+
+// procRoot is a /proc for the machine's processes, made on first use.
+func (m *mockMachine) procRoot(t testing.TB) string {
+	t.Helper()
+	if m.proc == "" {
+		m.proc = t.TempDir()
+	}
+	return m.proc
 }
 
 func putFieldValue(fv *nvml.FieldValue, typ nvml.ValueType, v uint64) {

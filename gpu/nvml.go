@@ -28,6 +28,7 @@ type nvmlBackend struct {
 	fields   fieldSet
 
 	initialised  bool
+	syms         nvmlSymbols
 	gpus         []*nvmlGPU
 	unidentified []fieldError // GPUs that failed at open
 	grouper      *containerGrouper
@@ -89,6 +90,7 @@ func (b *nvmlBackend) open(ctx context.Context) (err error) {
 			err = errors.Join(err, b.shutdown())
 		}
 	}()
+	b.syms = lookupSymbols(b.lib)
 	driver, ret := b.lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("read driver version: %w", ret)
@@ -112,6 +114,86 @@ func (b *nvmlBackend) open(ctx context.Context) (err error) {
 	b.startEvents(ctx)
 	b.logger.Info("NVML opened", "driver", driver, "gpus", len(b.gpus))
 	return nil
+}
+
+// nvmlSymbols says which NVML functions newer than the oldest supported
+// driver (R450) the loaded libnvidia-ml has. go-nvml calls them as plain
+// cgo functions on a library dlopen'ed RTLD_LAZY: calling one the library
+// lacks aborts the process in the dynamic linker, beyond recover. So each
+// is looked up once at open, and a field whose function is missing is
+// reported unsupported (gpuscope_gpu_field_supported 0), as DCGM does for
+// an older driver. go-nvml already picks the versioned process and event
+// calls (_v2, _v3) the library has.
+type nvmlSymbols struct {
+	memoryV2       bool // R510: FB_RESERVED; else v1 memory, used includes reserved
+	gpm            bool // R520: DCGM_FI_PROF_* (Hopper and newer)
+	clocksEvent    bool // R535; before it the same bits from the throttle-reasons call
+	clocksThrottle bool
+	remappedRows   bool
+	energy         bool
+	fieldValues    bool
+	processUtil    bool
+	mps            bool
+	graphics       bool
+	gridLicense    bool
+	pcieThroughput bool
+	pcieReplay     bool
+}
+
+// symbolNames maps each guarded function to its flag; tests use it to
+// report each one missing in turn.
+var symbolNames = []struct {
+	name string
+	flag func(*nvmlSymbols) *bool
+}{
+	{"nvmlDeviceGetMemoryInfo_v2", func(s *nvmlSymbols) *bool { return &s.memoryV2 }},
+	{"nvmlGpmQueryDeviceSupport", func(s *nvmlSymbols) *bool { return &s.gpm }},
+	{"nvmlGpmSampleAlloc", func(s *nvmlSymbols) *bool { return &s.gpm }},
+	{"nvmlGpmSampleGet", func(s *nvmlSymbols) *bool { return &s.gpm }},
+	{"nvmlGpmMetricsGet", func(s *nvmlSymbols) *bool { return &s.gpm }},
+	{"nvmlGpmSampleFree", func(s *nvmlSymbols) *bool { return &s.gpm }},
+	{"nvmlDeviceGetCurrentClocksEventReasons", func(s *nvmlSymbols) *bool { return &s.clocksEvent }},
+	{"nvmlDeviceGetCurrentClocksThrottleReasons", func(s *nvmlSymbols) *bool { return &s.clocksThrottle }},
+	{"nvmlDeviceGetRemappedRows", func(s *nvmlSymbols) *bool { return &s.remappedRows }},
+	{"nvmlDeviceGetTotalEnergyConsumption", func(s *nvmlSymbols) *bool { return &s.energy }},
+	{"nvmlDeviceGetFieldValues", func(s *nvmlSymbols) *bool { return &s.fieldValues }},
+	{"nvmlDeviceGetProcessUtilization", func(s *nvmlSymbols) *bool { return &s.processUtil }},
+	{"nvmlDeviceGetMPSComputeRunningProcesses", func(s *nvmlSymbols) *bool { return &s.mps }},
+	{"nvmlDeviceGetGraphicsRunningProcesses", func(s *nvmlSymbols) *bool { return &s.graphics }},
+	{"nvmlDeviceGetGridLicensableFeatures", func(s *nvmlSymbols) *bool { return &s.gridLicense }},
+	{"nvmlDeviceGetPcieThroughput", func(s *nvmlSymbols) *bool { return &s.pcieThroughput }},
+	{"nvmlDeviceGetPcieReplayCounter", func(s *nvmlSymbols) *bool { return &s.pcieReplay }},
+}
+
+func lookupSymbols(lib nvml.Interface) nvmlSymbols {
+	var s nvmlSymbols
+	// A flag shared by several functions (GPM) is true only if all are there.
+	seen := map[*bool]bool{}
+	for _, sym := range symbolNames {
+		f := sym.flag(&s)
+		ok := hasSymbol(lib, sym.name)
+		if !seen[f] {
+			*f, seen[f] = ok, true
+		} else {
+			*f = *f && ok
+		}
+	}
+	return s
+}
+
+// hasSymbol reports whether the loaded library exports name. A binding
+// without the extension (a bare mock) is taken to have everything.
+func hasSymbol(lib nvml.Interface, name string) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = true
+		}
+	}()
+	ext := lib.Extensions()
+	if ext == nil {
+		return true
+	}
+	return ext.LookupSymbol(name) == nil
 }
 
 func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
@@ -138,7 +220,7 @@ func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
 		xidCounts: map[uint64]uint64{},
 	}
 	g.fieldValues, g.fieldMap = fieldValueRequest(b.fields)
-	if b.fields.has(fProfGrEngineActive) {
+	if b.fields.has(fProfGrEngineActive) && b.syms.gpm {
 		g.gpm = b.openGPM(dev)
 	}
 	return g, nil

@@ -88,12 +88,20 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 			}
 		},
 		func() {
+			if !b.syms.energy {
+				s.unsupported.add(fEnergy)
+				return
+			}
 			v, ret := d.GetTotalEnergyConsumption()
 			if r.ok(ret, fEnergy) {
 				s.setValue(fEnergy, float64(v))
 			}
 		},
 		func() {
+			if !b.syms.pcieReplay {
+				s.unsupported.add(fPCIeReplay)
+				return
+			}
 			v, ret := d.GetPcieReplayCounter()
 			if r.ok(ret, fPCIeReplay) {
 				s.setValue(fPCIeReplay, float64(v))
@@ -118,8 +126,14 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 				s.setValue(fDecUtil, float64(v))
 			}
 		},
-		func() { readMemory(&r, d) },
+		func() { readMemory(&r, d, b.syms.memoryV2) },
 		func() {
+			if !b.syms.remappedRows {
+				s.unsupported.add(fCorRemappedRows)
+				s.unsupported.add(fUncRemappedRows)
+				s.unsupported.add(fRowRemapFailure)
+				return
+			}
 			corr, unc, _, failed, ret := d.GetRemappedRows()
 			if r.ok(ret, fCorRemappedRows, fUncRemappedRows, fRowRemapFailure) {
 				s.setValue(fCorRemappedRows, float64(corr))
@@ -128,6 +142,10 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 			}
 		},
 		func() {
+			if !b.syms.gridLicense {
+				s.unsupported.add(fVGPULicense)
+				return
+			}
 			lf, ret := d.GetGridLicensableFeatures()
 			if r.ok(ret, fVGPULicense) {
 				s.setValue(fVGPULicense, vgpuLicensed(lf))
@@ -140,7 +158,15 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 			if !b.fields.has(fClockEvents) {
 				return
 			}
-			v, ret := d.GetCurrentClocksEventReasons()
+			var v uint64
+			ret := nvml.ERROR_FUNCTION_NOT_FOUND
+			switch {
+			case b.syms.clocksEvent:
+				v, ret = d.GetCurrentClocksEventReasons()
+			case b.syms.clocksThrottle:
+				// Drivers before R535 name the same bits throttle reasons.
+				v, ret = d.GetCurrentClocksThrottleReasons()
+			}
 			if r.ok(ret, fClockEvents) {
 				s.clockEvents = v
 				s.set.add(fClockEvents)
@@ -171,8 +197,11 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 
 // readMemory uses the v2 memory info, which splits the reserved part out of
 // "used" as DCGM does with driver 510 and later; older drivers only have v1.
-func readMemory(r *reader, d nvml.Device) {
-	m, ret := d.GetMemoryInfo_v2()
+func readMemory(r *reader, d nvml.Device, haveV2 bool) {
+	m, ret := nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
+	if haveV2 {
+		m, ret = d.GetMemoryInfo_v2()
+	}
 	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_NOT_SUPPORTED {
 		m1, ret1 := d.GetMemoryInfo()
 		if r.ok(ret1, fFBFree, fFBUsed, fFBTotal) {
@@ -261,6 +290,12 @@ func fieldValueRequest(enabled fieldSet) ([]nvml.FieldValue, []fieldValueSpec) {
 
 func (b *nvmlBackend) readFieldValues(r *reader, g *nvmlGPU, now time.Time) {
 	if len(g.fieldValues) == 0 {
+		return
+	}
+	if !b.syms.fieldValues {
+		for _, spec := range g.fieldMap {
+			r.s.unsupported.add(spec.field)
+		}
 		return
 	}
 	for i := range g.fieldValues {
@@ -387,6 +422,10 @@ func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 		if r.s.set.has(x.field) {
 			continue
 		}
+		if !b.syms.pcieThroughput {
+			r.s.unsupported.add(x.field)
+			continue
+		}
 		if v, ret := d.GetPcieThroughput(x.counter); r.ok(ret, x.field) {
 			r.s.setValue(x.field, float64(v)*1024)
 		}
@@ -402,7 +441,11 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU) {
 		return
 	}
 	r.s.set.add(fContainerMemory)
-	utils, ret := g.dev.GetProcessUtilization(g.lastProcessSeen)
+	var utils []nvml.ProcessUtilizationSample
+	ret = nvml.ERROR_FUNCTION_NOT_FOUND
+	if b.syms.processUtil {
+		utils, ret = g.dev.GetProcessUtilization(g.lastProcessSeen)
+	}
 	switch ret {
 	case nvml.SUCCESS:
 		for _, u := range utils {

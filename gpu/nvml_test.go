@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
@@ -556,3 +558,104 @@ func (s *syncBuffer) Bytes() []byte {
 }
 
 func (s *syncBuffer) String() string { return string(s.Bytes()) }
+
+// TestNVMLOlderDriverSymbols: a driver library that lacks a function
+// gpuscope can use (older than the release that added it) must never have
+// it called (go-nvml would abort the process in the dynamic linker); its
+// fields are unsupported and everything else is still published.
+func TestNVMLOlderDriverSymbols(t *testing.T) {
+	gpmFieldNames := []string{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"}
+	for _, tc := range []struct {
+		symbol string
+		// guard replaces the device functions the symbol backs with ones
+		// that record a call.
+		guard       func(d *server.Device, called *atomic.Bool)
+		unsupported []string
+		// present are fields that still have a value (the fallback).
+		present []string
+	}{
+		{"nvmlDeviceGetMemoryInfo_v2", func(d *server.Device, c *atomic.Bool) {
+			d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { c.Store(true); return nvml.Memory_v2{}, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_FB_RESERVED"}, []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_TOTAL"}},
+		{"nvmlGpmQueryDeviceSupport", func(d *server.Device, c *atomic.Bool) {
+			d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { c.Store(true); return nvml.GpmSupport{}, nvml.SUCCESS }
+		}, gpmFieldNames, nil},
+		{"nvmlGpmMetricsGet", func(d *server.Device, c *atomic.Bool) {
+			d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { c.Store(true); return nvml.GpmSupport{}, nvml.SUCCESS }
+			d.GpmSampleGetFunc = func(nvml.GpmSample) nvml.Return { c.Store(true); return nvml.SUCCESS }
+		}, gpmFieldNames, nil},
+		{"nvmlDeviceGetCurrentClocksEventReasons", func(d *server.Device, c *atomic.Bool) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, nil, []string{"gpuscope_gpu_clock_event_active"}},
+		{"nvmlDeviceGetRemappedRows", func(d *server.Device, c *atomic.Bool) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { c.Store(true); return 0, 0, false, false, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}, nil},
+		{"nvmlDeviceGetTotalEnergyConsumption", func(d *server.Device, c *atomic.Bool) {
+			d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}, nil},
+		{"nvmlDeviceGetFieldValues", func(d *server.Device, c *atomic.Bool) {
+			d.GetFieldValuesFunc = func([]nvml.FieldValue) nvml.Return { c.Store(true); return nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"}, nil},
+		{"nvmlDeviceGetProcessUtilization", func(d *server.Device, c *atomic.Bool) {
+			d.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { c.Store(true); return nil, nvml.SUCCESS }
+		}, []string{"gpuscope_gpu_container_sm_utilization_percent"}, []string{"gpuscope_gpu_container_memory_used_bytes"}},
+		{"nvmlDeviceGetMPSComputeRunningProcesses", func(d *server.Device, c *atomic.Bool) {
+			d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { c.Store(true); return nil, nvml.SUCCESS }
+		}, nil, []string{"gpuscope_gpu_container_memory_used_bytes"}},
+		{"nvmlDeviceGetGraphicsRunningProcesses", func(d *server.Device, c *atomic.Bool) {
+			d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { c.Store(true); return nil, nvml.SUCCESS }
+		}, nil, []string{"gpuscope_gpu_container_memory_used_bytes"}},
+		{"nvmlDeviceGetGridLicensableFeatures", func(d *server.Device, c *atomic.Bool) {
+			d.GetGridLicensableFeaturesFunc = func() (nvml.GridLicensableFeatures, nvml.Return) {
+				c.Store(true)
+				return nvml.GridLicensableFeatures{}, nvml.SUCCESS
+			}
+		}, []string{"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}, nil},
+		{"nvmlDeviceGetPcieThroughput", func(d *server.Device, c *atomic.Bool) {
+			d.GetPcieThroughputFunc = func(nvml.PcieUtilCounter) (uint32, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, nil, []string{"gpuscope_gpu_pcie_link_width"}},
+		{"nvmlDeviceGetPcieReplayCounter", func(d *server.Device, c *atomic.Bool) {
+			d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}, nil},
+	} {
+		t.Run(tc.symbol, func(t *testing.T) {
+			m := newMockMachine(t, 2)
+			writeProc(t, m.procRoot(t), 100, "0::/system.slice/a.scope\n")
+			m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}}
+			var called atomic.Bool
+			for _, d := range m.devs {
+				tc.guard(d, &called)
+			}
+			m.srv.LookupSymbolFunc = func(name string) error {
+				if name == tc.symbol {
+					return fmt.Errorf("undefined symbol: %s", name)
+				}
+				return nil
+			}
+			clock := newFakeClock()
+			o := mockOptions(m, clock)
+			o.ProcRoot = m.procRoot(t)
+			o.Config.Families.ClockEvents = true
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			clock.Advance(10 * time.Second)
+			c.collectOnce(bg)
+
+			require.False(t, called.Load(), "%s was called although the library lacks it", tc.symbol)
+			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+			for _, name := range tc.unsupported {
+				_, ok := lookup(t, reg, name, map[string]string{"gpu": "0"})
+				require.False(t, ok, "%s is published without its function", name)
+				require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": name}))
+			}
+			for _, name := range tc.present {
+				require.NotEmpty(t, gather(t, reg, name), name)
+			}
+			// Everything else is still there.
+			for _, name := range []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_UTIL"} {
+				mustLookup(t, reg, name, map[string]string{"gpu": "1"})
+			}
+		})
+	}
+}
