@@ -27,9 +27,17 @@ func lostGPUCheck(t *testing.T, logs *bytes.Buffer, cycle func(), c *Collector) 
 
 	for i := 1; i <= 3; i++ { // lost
 		cycle()
-		for _, name := range []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "gpuscope_gpu_field_supported", "DCGM_FI_DEV_XID_ERRORS"} {
+		for _, name := range []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"} {
 			_, ok := lookup(t, reg, name, gpu1)
 			require.False(t, ok, "%s of the lost GPU is served", name)
+		}
+		// XID 79 stays visible: it is what the GPU last said.
+		require.Equal(t, 79.0, mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "1", "err_code": "79", "err_msg": "GPU has fallen off the bus"}))
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_xid_errors_total", map[string]string{"gpu": "1", "err_code": "79"}))
+		for _, s := range gather(t, reg, "gpuscope_gpu_field_supported") {
+			if s.labels["gpu"] == "1" {
+				require.Equal(t, "DCGM_FI_DEV_XID_ERRORS", s.labels["field"], "only the XID field of the lost GPU is reported")
+			}
 		}
 		mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu0)
 		require.Equal(t, float64(i), mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", device1))
@@ -39,6 +47,7 @@ func lostGPUCheck(t *testing.T, logs *bytes.Buffer, cycle func(), c *Collector) 
 
 	cycle() // back
 	mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu1)
+	require.Equal(t, 79.0, mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", gpu1), "the last XID never resets")
 	require.Equal(t, 3.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", device1), "the counter keeps its count")
 
 	out := logs.String()
@@ -68,8 +77,9 @@ func TestSimGPULostAndBack(t *testing.T) {
 }
 
 // TestNVMLGPULostAndBack: a GPU whose reads answer GPU_IS_LOST has its
-// series dropped (even those read before the loss showed), one device
-// error per cycle, and is read again when it answers again.
+// series dropped (even those read before the loss showed) except its XID
+// series (the driver reported XID 79), one device error per cycle, and is
+// read again when it answers again.
 func TestNVMLGPULostAndBack(t *testing.T) {
 	m := newMockMachine(t, 2)
 	var logs bytes.Buffer
@@ -88,6 +98,16 @@ func TestNVMLGPULostAndBack(t *testing.T) {
 	}
 	n := 0
 	lostGPUCheck(t, &logs, func() {
+		if n == 1 {
+			// The driver reports the loss as XID 79 before reads fail.
+			m.events <- nvml.EventData{Device: m.devs[1], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+			g := c.backend.(*nvmlBackend).gpus[1]
+			require.Eventually(t, func() bool {
+				g.xidMu.Lock()
+				defer g.xidMu.Unlock()
+				return g.lastXID == 79
+			}, 5*time.Second, time.Millisecond)
+		}
 		lost = n >= 1 && n <= 3
 		n++
 		c.collectOnce(bg)

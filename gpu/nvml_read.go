@@ -188,8 +188,11 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 		step()
 		if r.lost {
 			// Nothing read from a lost GPU in this cycle is served: its
-			// series go stale until it answers again.
+			// series go stale until it answers again. Its XIDs stay: they
+			// come from the event loop, not the device, and XID 79 (fallen
+			// off the bus) is exactly what a lost GPU last reported.
 			*s = gpuSample{info: g.info}
+			b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
 			return
 		}
 	}

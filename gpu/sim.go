@@ -117,8 +117,20 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 			// Off the bus: NVML answers GPU_IS_LOST for every read, and
 			// the job on it is not running.
 			s.errs = append(s.errs, fieldError{gpu: g.info.ownLabels[0], field: "device", err: nvml.ERROR_GPU_IS_LOST})
+			if !g.offBus {
+				// The driver reports XID 79 as the GPU falls off the bus.
+				g.offBus = true
+				g.lastXID = 79
+				g.xidCount++
+			}
+			// The XID series stay, as in the NVML backend.
+			if b.fields.has(fXID) {
+				gs.setValue(fXID, float64(g.lastXID))
+				gs.xidCounts = []xidCount{{code: g.lastXID, count: g.xidCount}}
+			}
 			continue
 		}
+		g.offBus = false
 		st := g.step(t, dt)
 		b.fill(gs, g, st, names)
 	}
@@ -234,6 +246,7 @@ type simGPU struct {
 	rng       *rand.Rand
 
 	lostFrom, lostUntil float64 // simulated seconds; lostFrom 0: never lost
+	offBus              bool    // lost in the previous cycle
 
 	energyMJ           float64
 	thermalViolationNs float64
