@@ -21,6 +21,7 @@ type descs struct {
 	containerSM     *prometheus.Desc
 	containerProcs  *prometheus.Desc
 	fieldSupported  *prometheus.Desc
+	mig             *migDescs // per GPU instance (mig.go)
 
 	up           *prometheus.Desc
 	backendInfo  *prometheus.Desc
@@ -84,26 +85,16 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		"Wall time of the last completed sampling cycle, driver time included.", nil, nil)
 	d.lastSuccess = prometheus.NewDesc("gpuscope_gpu_collector_last_success_timestamp_seconds",
 		"When the sample being served was taken.", nil, nil)
+	d.mig = newMIGDescs(d, dcgm, container)
 	return d
 }
 
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	d := c.d
-	for _, desc := range d.field {
-		if desc != nil {
-			ch <- desc
-		}
-	}
-	for _, desc := range []*prometheus.Desc{
-		d.xid, d.xidTotal, d.clockEvent, d.containerMemory, d.containerSM, d.containerProcs, d.fieldSupported,
-		d.up, d.backendInfo, d.errors, d.cycles, d.timeouts, d.lastDuration, d.lastSuccess,
-	} {
-		if desc != nil {
-			ch <- desc
-		}
-	}
-}
+// Describe implements prometheus.Collector. It sends nothing, which makes
+// the collector unchecked: on a GPU in MIG mode a metric has series with
+// two more labels (GPU_I_PROFILE, GPU_I_ID) than the same metric of a
+// whole GPU, as in dcgm-exporter, and a registry refuses a checked
+// collector that describes one name with two label sets.
+func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector. It serves the latest complete
 // sample and the collector's own state; it never calls the driver.
@@ -216,6 +207,7 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 			}
 			out = append(out, prometheus.MustNewConstMetric(d.fieldSupported, prometheus.GaugeValue, v, info.ownLabels[0], info.ownLabels[1], fields[f].name))
 		}
+		out = d.renderInstances(out, g)
 	}
 	return out
 }

@@ -36,9 +36,10 @@ const (
 	ScenarioMemoryBound = "memory-bound"
 	ScenarioThermal     = "thermal"
 	ScenarioXID         = "xid"
+	ScenarioMIG         = "mig"
 )
 
-var scenarios = []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID}
+var scenarios = []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID, ScenarioMIG}
 
 // Config is the `gpu:` section of gpuscope's config file. Every field has a
 // working default (DefaultConfig); the config package decodes into a copy of
@@ -115,7 +116,9 @@ type SimConfig struct {
 // SimGPU is the workload of one simulated GPU.
 type SimGPU struct {
 	// Scenario is one of idle, training, leak, input-bound, memory-bound,
-	// thermal, xid (default idle).
+	// thermal, xid, mig (default idle). mig is an H100 in MIG mode as one
+	// 3g.40gb and two 2g.20gb GPU instances, running a training job in
+	// <container>/train and an inference server in <container>/serve.
 	Scenario string `yaml:"scenario"`
 	// Container is the cgroup path of the container running the GPU's
 	// process, as cAdvisor names it in its id label (for example
@@ -152,8 +155,10 @@ func DefaultConfig() Config {
 // the leak climbs one 2 GiB step per real minute, the thermal GPU crosses
 // 85 °C after about 70 s and the XID fires after 20 s. GPUs 0 and 1 share a
 // container, like one data-parallel training job; the input-bound container
-// really burns half a core when gpuscope runs as root. Every optional
-// family is on so that each dashboard panel has data.
+// really burns half a core when gpuscope runs as root. GPU 6 is in MIG mode
+// (3g.40gb + 2 × 2g.20gb), so the per-instance series and labels can be
+// seen too. Every optional family is on so that each dashboard panel has
+// data.
 func DemoConfig() Config {
 	c := DefaultConfig()
 	c.Backend = BackendSim
@@ -170,7 +175,7 @@ func DemoConfig() Config {
 		{Scenario: ScenarioInputBound, Container: "/gpuscope-demo/input-bound"},
 		{Scenario: ScenarioMemoryBound, Container: "/gpuscope-demo/memory-bound"},
 		{Scenario: ScenarioThermal, Container: "/gpuscope-demo/hot"},
-		{Scenario: ScenarioIdle},
+		{Scenario: ScenarioMIG, Container: "/gpuscope-demo/mig"},
 		{Scenario: ScenarioXID, Container: "/gpuscope-demo/crashy"},
 	}
 	return c

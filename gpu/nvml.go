@@ -56,6 +56,7 @@ type nvmlGPU struct {
 
 	lastProcessSeen uint64 // newest GetProcessUtilization timestamp, µs
 	gpm             *gpmState
+	mig             *migState // MIG mode and GPU instances (mig_nvml.go)
 
 	xidRegistered bool
 	xidMu         sync.Mutex
@@ -279,6 +280,7 @@ func (b *nvmlBackend) shutdown() error {
 		if g.gpm != nil {
 			g.gpm.free()
 		}
+		g.mig.free()
 	}
 	b.gpus = nil
 	b.initialised = false

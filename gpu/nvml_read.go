@@ -62,6 +62,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 	}()
 	d := g.dev
 	steps := [...]func(){
+		func() { b.readMIG(&r, g) }, // first: whether the GPU is in MIG mode
 		func() {
 			v, ret := d.GetClockInfo(nvml.CLOCK_SM)
 			if r.ok(ret, fSMClock) {
@@ -126,7 +127,11 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 				s.setValue(fDecUtil, float64(v))
 			}
 		},
-		func() { readMemory(&r, d, b.syms.memoryV2) },
+		func() {
+			if !g.mig.enabled() { // in MIG mode, per GPU instance
+				readMemory(&r, d, b.syms.memoryV2)
+			}
+		},
 		func() {
 			if !b.syms.remappedRows {
 				s.unsupported.add(fCorRemappedRows)
@@ -182,7 +187,12 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 			}
 		},
 		func() { b.readXID(&r, g) },
-		func() { b.readProcesses(&r, g) },
+		func() {
+			if !g.mig.enabled() { // in MIG mode, per GPU instance
+				b.readProcesses(&r, g)
+			}
+		},
+		func() { g.mig.finish(s) }, // last
 	}
 	for _, step := range steps {
 		step()

@@ -64,6 +64,9 @@ type gpuSample struct {
 	// containers is the GPU's compute processes grouped by container,
 	// sorted by id (fields fContainerMemory, fContainerSM).
 	containers []containerUsage
+	// instances are the GPU instances of a GPU in MIG mode, by GPU_I_ID
+	// (mig.go); the GPU itself then keeps its whole-GPU fields only.
+	instances []instanceSample
 }
 
 func (s *gpuSample) setValue(f fieldID, v float64) {

@@ -133,6 +133,9 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 		g.offBus = false
 		st := g.step(t, dt)
 		b.fill(gs, g, st, names)
+		if g.mig != nil {
+			b.fillMIG(gs, g, names)
+		}
 	}
 	return s
 }
@@ -247,6 +250,7 @@ type simGPU struct {
 
 	lostFrom, lostUntil float64 // simulated seconds; lostFrom 0: never lost
 	offBus              bool    // lost in the previous cycle
+	mig                 *simMIG // the mig scenario's GPU instances (sim_mig.go)
 
 	energyMJ           float64
 	thermalViolationNs float64

@@ -86,6 +86,8 @@ func (g *simGPU) step(t, dt float64) simState {
 		}
 		// The job died with the XID; the GPU sits idle.
 		st = g.idle(noise)
+	case ScenarioMIG:
+		st = g.migStep(t, noise)
 	default:
 		st = g.idle(noise)
 	}

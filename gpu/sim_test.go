@@ -258,8 +258,11 @@ func TestDemoConfigRuns(t *testing.T) {
 		clock.Advance(15 * time.Second)
 	}
 	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 8)
-	// Both GPUs of the training job report the same container.
-	require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 6)
+	// Both GPUs of the training job report the same container; GPU 6 is
+	// in MIG mode with two jobs in two of its three instances.
+	require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 8)
+	require.Len(t, gather(t, reg, "DCGM_FI_DEV_FB_USED"), 10)
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "6", "GPU_I_PROFILE": "3g.40gb", "id": "/gpuscope-demo/mig/train"}))
 	v, ok := lookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "1", "id": "/gpuscope-demo/train"})
 	require.True(t, ok)
 	require.Equal(t, 1.0, v)

@@ -1,0 +1,184 @@
+package gpu
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MIG (Multi-Instance GPU). A GPU in MIG mode is split into GPU instances,
+// each with its own memory and SMs. dcgm-exporter publishes such a GPU per
+// instance: the parent's labels (gpu, UUID, pci_bus_id, device, modelName,
+// Hostname, DCGM_FI_DRIVER_VERSION) plus GPU_I_PROFILE (the instance's
+// profile as DCGM names it, "3g.40gb") and GPU_I_ID (NVML's GPU instance
+// id). gpuscope publishes each field at exactly one level:
+//
+//   - per instance, with the two extra labels: what an instance has of its
+//     own, its framebuffer (DCGM_FI_DEV_FB_*) and engine activity
+//     (DCGM_FI_PROF_GR_ENGINE_ACTIVE, _SM_ACTIVE, _SM_OCCUPANCY,
+//     _PIPE_TENSOR_ACTIVE, _DRAM_ACTIVE, from NVML GPM per GPU instance),
+//     and the per-container series of the processes running in it;
+//   - once for the physical GPU, without them: everything else (power,
+//     temperatures, clocks, energy, PCIe and NVLink, ECC, XID, throttling).
+//
+// So sum by (gpu) adds up instances without counting the GPU twice, and a
+// GPU's power is not repeated per instance (dcgm-exporter repeats
+// whole-GPU fields on every instance series). In MIG mode the driver does
+// not report DCGM_FI_DEV_GPU_UTIL or DCGM_FI_DEV_MEM_COPY_UTIL, nor
+// per-process SM utilisation; they are absent and
+// gpuscope_gpu_field_supported says 0.
+
+// instanceFields are the fields a GPU in MIG mode reports per GPU instance.
+var instanceFields = fieldSetOf(
+	fFBFree, fFBUsed, fFBReserved, fFBTotal,
+	fProfGrEngineActive, fProfSMActive, fProfSMOccupancy, fProfTensorActive, fProfDRAMActive,
+	fContainerMemory, fContainerSM,
+)
+
+// instanceFieldList is instanceFields as a list, for the reader's error
+// accounting of a read that would have fed all of them.
+var instanceFieldList = instanceFields.list()
+
+func fieldSetOf(fs ...fieldID) fieldSet {
+	var s fieldSet
+	for _, f := range fs {
+		s.add(f)
+	}
+	return s
+}
+
+func (s fieldSet) list() []fieldID {
+	var out []fieldID
+	for f := fieldID(0); f < numFields; f++ {
+		if s.has(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// instanceInfo identifies a GPU instance in labels. Like gpuInfo it is
+// shared, read-only, by the samples that use it.
+type instanceInfo struct {
+	id      int
+	profile string
+
+	dcgmLabels []string // the parent's dcgmLabels, GPU_I_PROFILE, GPU_I_ID
+	ownLabels  []string // gpu, UUID, GPU_I_PROFILE, GPU_I_ID
+}
+
+func newInstanceInfo(parent *gpuInfo, id int, profile string) *instanceInfo {
+	gi := strconv.Itoa(id)
+	return &instanceInfo{
+		id:         id,
+		profile:    profile,
+		dcgmLabels: append(parent.dcgmLabels[:len(parent.dcgmLabels):len(parent.dcgmLabels)], profile, gi),
+		ownLabels:  []string{parent.ownLabels[0], parent.ownLabels[1], profile, gi},
+	}
+}
+
+// instanceSample is one GPU instance's values from one cycle. Its
+// gpuSample holds the parent's info and only instanceFields.
+type instanceSample struct {
+	gpuSample
+	inst *instanceInfo
+}
+
+// dropInstanceFields leaves a GPU in MIG mode with its whole-GPU fields:
+// what it read for the instance fields (the driver reports the sum of the
+// instances there) is published per instance instead.
+func (s *gpuSample) dropInstanceFields() {
+	s.set &^= instanceFields
+	s.unsupported &^= instanceFields
+	s.containers = nil
+}
+
+// dcgmProfileName names a GPU instance profile as DCGM does, and so as
+// dcgm-exporter's GPU_I_PROFILE label: the slice count, then the memory
+// rounded up to whole GiB ("3g.40gb" for 3 slices and 40192 MiB).
+func dcgmProfileName(slices uint32, memoryMiB uint64) string {
+	return fmt.Sprintf("%dg.%dgb", slices, (memoryMiB+1023)/1024)
+}
+
+// migLabels are the labels a per-instance series has on top of its
+// whole-GPU counterpart, in dcgm-exporter's spelling.
+var migLabels = []string{"GPU_I_PROFILE", "GPU_I_ID"}
+
+// migDescs are the descriptors of the per-instance series: the same names
+// and HELP as the whole-GPU ones, two more labels. The collector is
+// unchecked (Describe) because a registry refuses a checked collector that
+// describes one name with two label sets.
+type migDescs struct {
+	field           [numFields]*prometheus.Desc
+	containerMemory *prometheus.Desc
+	containerSM     *prometheus.Desc
+	containerProcs  *prometheus.Desc
+	fieldSupported  *prometheus.Desc
+}
+
+// newMIGDescs derives the per-instance descriptors from the whole-GPU
+// ones (d, fully built), whose labels are dcgm for DCGM fields and
+// container for the per-container series.
+func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
+	withMIG := func(ls []string) []string { return append(ls[:len(ls):len(ls)], migLabels...) }
+	m := &migDescs{}
+	for f := fieldID(0); f < numFields; f++ {
+		if d.field[f] != nil && instanceFields.has(f) {
+			m.field[f] = prometheus.NewDesc(fields[f].name, fields[f].help, withMIG(dcgm), nil)
+		}
+	}
+	if d.containerMemory != nil {
+		m.containerMemory = prometheus.NewDesc(fields[fContainerMemory].name, fields[fContainerMemory].help, withMIG(container), nil)
+		m.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, withMIG(container), nil)
+		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
+			"Compute processes of a container on the GPU.", withMIG(container), nil)
+	}
+	m.fieldSupported = prometheus.NewDesc("gpuscope_gpu_field_supported",
+		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
+		withMIG([]string{"gpu", "UUID", "field"}), nil)
+	return m
+}
+
+// renderInstances appends the series of g's GPU instances, if any.
+func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometheus.Metric {
+	m := d.mig
+	for i := range g.instances {
+		is := &g.instances[i]
+		info := is.inst
+		for f := fieldID(0); f < numFields; f++ {
+			if desc := m.field[f]; desc != nil && is.set.has(f) {
+				out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, is.values[f], info.dcgmLabels...))
+			}
+		}
+		if m.containerMemory != nil {
+			for _, c := range is.containers {
+				lv := [...]string{info.ownLabels[0], info.ownLabels[1], c.id, c.name, c.image, info.profile, info.ownLabels[3]}
+				if is.set.has(fContainerMemory) {
+					out = append(out, prometheus.MustNewConstMetric(m.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
+					out = append(out, prometheus.MustNewConstMetric(m.containerProcs, prometheus.GaugeValue, float64(c.processes), lv[:]...))
+				}
+				if is.set.has(fContainerSM) {
+					out = append(out, prometheus.MustNewConstMetric(m.containerSM, prometheus.GaugeValue, c.smPercent, lv[:]...))
+				}
+			}
+		}
+		for f := fieldID(0); f < numFields; f++ {
+			if !d.enabled.has(f) || !instanceFields.has(f) {
+				continue
+			}
+			var v float64
+			switch {
+			case is.set.has(f):
+				v = 1
+			case is.unsupported.has(f):
+				v = 0
+			default:
+				continue
+			}
+			out = append(out, prometheus.MustNewConstMetric(m.fieldSupported, prometheus.GaugeValue, v,
+				info.ownLabels[0], info.ownLabels[1], fields[f].name, info.profile, info.ownLabels[3]))
+		}
+	}
+	return out
+}

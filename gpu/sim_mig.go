@@ -1,0 +1,129 @@
+package gpu
+
+import "math"
+
+// The mig scenario: an H100 80GB in MIG mode as one 3g.40gb and two
+// 2g.20gb GPU instances (all 7 compute slices and 8 memory slices). A
+// training job fills the 3g.40gb, an inference server with a daily-looking
+// wave of requests runs in the first 2g.20gb, the second is free. The
+// jobs' containers are the GPU's container with /train and /serve
+// appended.
+
+// simInstanceSpec is one GPU instance of the mig scenario.
+type simInstanceSpec struct {
+	id        int    // NVML GPU instance id
+	slices    uint32 // compute slices of the profile
+	memoryMiB uint64 // what NVML reports as the MIG device's total memory
+	job       string // "train", "serve" or "" (free)
+}
+
+var simInstanceSpecs = []simInstanceSpec{
+	{id: 1, slices: 3, memoryMiB: 40192, job: "train"},
+	{id: 5, slices: 2, memoryMiB: 19968, job: "serve"},
+	{id: 6, slices: 2, memoryMiB: 19968},
+}
+
+// simMIGSlices is the number of compute slices of an H100.
+const simMIGSlices = 7
+
+// simInstanceState is one GPU instance at one instant.
+type simInstanceState struct {
+	grActive, smActive, smOccupancy, tensor, dram float64
+	memUsedMiB                                    float64
+	process                                       bool
+}
+
+// simMIG is the mig scenario's state of one simulated GPU.
+type simMIG struct {
+	infos []*instanceInfo
+	cur   []simInstanceState
+}
+
+// migStep advances the GPU's instances to simulated time t and returns
+// the physical GPU's state, whose power and heat follow the instances'
+// activity weighted by their slices.
+func (g *simGPU) migStep(t float64, noise func(float64) float64) simState {
+	if g.mig == nil {
+		g.mig = &simMIG{cur: make([]simInstanceState, len(simInstanceSpecs))}
+		for _, sp := range simInstanceSpecs {
+			g.mig.infos = append(g.mig.infos, newInstanceInfo(g.info, sp.id, dcgmProfileName(sp.slices, sp.memoryMiB)))
+		}
+	}
+	active := 0.0 // slice-weighted activity of the whole GPU, 0 to 1
+	for i, sp := range simInstanceSpecs {
+		var st simInstanceState
+		switch sp.job {
+		case "train":
+			a := clamp(0.88+noise(0.03), 0.6, 0.99)
+			st = simInstanceState{
+				grActive: a, smActive: clamp(a*0.92+noise(0.01), 0, 1), smOccupancy: clamp(0.38+noise(0.02), 0, 1),
+				tensor: clamp(a*0.65+noise(0.03), 0, 1), dram: clamp(0.42+noise(0.04), 0, 1),
+				memUsedMiB: 30700 + noise(2), process: true,
+			}
+		case "serve":
+			// Requests come in waves: busy half of every simulated 10 minutes.
+			a := clamp(0.35+0.25*math.Sin(2*math.Pi*t/600)+noise(0.03), 0.05, 0.9)
+			st = simInstanceState{
+				grActive: a, smActive: clamp(a*0.8+noise(0.01), 0, 1), smOccupancy: clamp(0.2+noise(0.02), 0, 1),
+				tensor: clamp(a*0.5+noise(0.03), 0, 1), dram: clamp(0.25+a*0.3+noise(0.02), 0, 1),
+				memUsedMiB: 11800 + noise(2), process: true,
+			}
+		}
+		st.memUsedMiB = clamp(st.memUsedMiB, 0, float64(sp.memoryMiB))
+		g.mig.cur[i] = st
+		active += st.grActive * float64(sp.slices) / simMIGSlices
+	}
+	util := 100 * active
+	st := g.busy(util, 0, noise)
+	if active < 0.01 {
+		st = g.idle(noise)
+	}
+	st.nvlinkMBs = 0 // MIG instances do not use NVLink
+	st.process = false
+	return st
+}
+
+// fillMIG turns the mig scenario's state into what the NVML backend reads
+// from a GPU in MIG mode: whole-GPU fields on the GPU, without the
+// utilisation NVML does not report in MIG mode, and instance fields per
+// GPU instance.
+func (b *simBackend) fillMIG(s *gpuSample, g *simGPU, names map[string][2]string) {
+	s.dropInstanceFields()
+	for _, f := range []fieldID{fGPUUtil, fMemCopyUtil} {
+		if s.set.has(f) {
+			s.set &^= 1 << f
+			s.unsupported.add(f)
+		}
+	}
+	s.instances = make([]instanceSample, len(simInstanceSpecs))
+	for i, sp := range simInstanceSpecs {
+		st := g.mig.cur[i]
+		is := &s.instances[i]
+		is.info, is.inst = g.info, g.mig.infos[i]
+		set := func(f fieldID, v float64) {
+			if b.fields.has(f) {
+				is.setValue(f, v)
+			}
+		}
+		used := float64(int64(st.memUsedMiB))
+		set(fFBUsed, used)
+		set(fFBReserved, 0)
+		set(fFBFree, float64(sp.memoryMiB)-used)
+		set(fFBTotal, float64(sp.memoryMiB))
+		set(fProfGrEngineActive, st.grActive)
+		set(fProfSMActive, st.smActive)
+		set(fProfSMOccupancy, st.smOccupancy)
+		set(fProfTensorActive, st.tensor)
+		set(fProfDRAMActive, st.dram)
+		if !b.fields.has(fContainerMemory) {
+			continue
+		}
+		is.set.add(fContainerMemory)
+		is.unsupported.add(fContainerSM) // no per-process utilisation in MIG mode
+		if st.process && g.container != "" {
+			id := g.container + "/" + sp.job
+			name, image := b.containerName(id, names)
+			is.containers = []containerUsage{{id: id, name: name, image: image, memoryBytes: used * bytesPerMiB, processes: 1}}
+		}
+	}
+}
