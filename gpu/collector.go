@@ -57,6 +57,11 @@ type Collector struct {
 	// Owned by whichever goroutine runs the cycle; cycles never overlap.
 	opened     bool
 	lastErrMsg map[errKey]string
+	// failures counts consecutive cycles that could not open the backend
+	// or read any GPU; the next open waits until reopenAt (backoff).
+	failures int
+	reopenAt time.Time
+	openErr  error
 
 	mu     sync.Mutex // guards the self-monitoring state below
 	up     bool
@@ -216,15 +221,55 @@ type cycleResult struct {
 	dur     time.Duration
 }
 
+// maxBackoff bounds the wait between two attempts to open the backend.
+const maxBackoff = 5 * time.Minute
+
+// backoff is the wait before the next open after n consecutive failures:
+// one interval, doubling up to maxBackoff.
+func (c *Collector) backoff(n int) time.Duration {
+	d := c.interval
+	for i := 1; i < n && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, max(maxBackoff, c.interval))
+}
+
+// fail records a failed open or an unreadable cycle and schedules the next
+// open. Half an interval of slack keeps ticker jitter from skipping a tick.
+func (c *Collector) fail(now time.Time) {
+	c.failures++
+	c.reopenAt = now.Add(c.backoff(c.failures) - c.interval/2)
+}
+
 func (c *Collector) runCycle(ctx context.Context) cycleResult {
 	start := time.Now()
+	now := c.now()
 	if !c.opened {
+		if c.openErr != nil && now.Before(c.reopenAt) {
+			return cycleResult{openErr: c.openErr, dur: time.Since(start)}
+		}
 		if err := c.backend.open(ctx); err != nil {
+			c.openErr = err
+			c.fail(now)
 			return cycleResult{openErr: err, dur: time.Since(start)}
 		}
-		c.opened = true
+		c.opened, c.openErr = true, nil
 	}
-	s := c.backend.sample(ctx, c.now())
+	s := c.backend.sample(ctx, now)
+	switch {
+	case s.reinit != nil:
+		// The driver went away (unloaded, upgraded) or nothing answers:
+		// shut NVML down and initialise it again, with backoff.
+		c.logger.Warn("Re-initialising the GPU backend", "err", s.reinit)
+		if err := c.backend.close(); err != nil {
+			c.logger.Warn("Closing GPU backend failed", "err", err)
+		}
+		c.opened = false
+		c.openErr = fmt.Errorf("re-initialising after: %w", s.reinit)
+		c.fail(now)
+	case s.read > 0:
+		c.failures = 0
+	}
 	return cycleResult{s: s, dur: time.Since(start)}
 }
 
@@ -249,7 +294,26 @@ func (c *Collector) publish(res cycleResult) {
 	}
 	c.recordErrors(res.s.errs)
 	c.snap.Store(&snapshot{s: res.s})
+	if res.s.read == 0 {
+		// A cycle that read no GPU is a collector that does not work,
+		// whatever the reason; GPUCollectorDown must fire.
+		c.setUp(false, noGPURead(res.s))
+		return
+	}
 	c.setUp(true, nil)
+}
+
+// noGPURead is the reason of a cycle that read no GPU.
+func noGPURead(s *sample) error {
+	switch {
+	case s.reinit != nil:
+		return fmt.Errorf("no GPU could be read: %w", s.reinit)
+	case len(s.errs) > 0:
+		return fmt.Errorf("no GPU could be read (GPU %q: %s): %w", s.errs[0].gpu, s.errs[0].field, s.errs[0].err)
+	case len(s.gpus) == 0:
+		return errors.New("the driver reports no GPUs")
+	}
+	return errors.New("no GPU could be read")
 }
 
 // setUp records whether the backend works and logs only changes, so that

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -486,25 +487,39 @@ func TestNVMLOpen(t *testing.T) {
 	t.Run("driver not loaded, then loaded", func(t *testing.T) {
 		m := newMockMachine(t, 1)
 		var loaded atomic.Bool
+		var inits atomic.Int32
 		m.srv.InitFunc = func() nvml.Return {
+			inits.Add(1)
 			if loaded.Load() {
 				return nvml.SUCCESS
 			}
 			return nvml.ERROR_DRIVER_NOT_LOADED
 		}
 		var logs syncBuffer
-		o := mockOptions(m, newFakeClock())
+		clock := newFakeClock()
+		o := mockOptions(m, clock) // 10 s interval
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		c, reg := testCollector(t, o)
-		for range 3 {
+		// Cycles every 10 s; opens are retried after 10, 20, 40 s.
+		var tried []int
+		for i := range 8 {
+			before := inits.Load()
 			c.collectOnce(bg)
+			if inits.Load() > before {
+				tried = append(tried, i)
+			}
+			clock.Advance(10 * time.Second)
 		}
+		require.Equal(t, []int{0, 1, 3, 7}, tried, "open retried with backoff")
 		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
 		require.Empty(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"))
 		require.Equal(t, 1, bytes.Count(logs.Bytes(), []byte("GPU collector down")), logs.String())
 
 		loaded.Store(true)
-		c.collectOnce(bg)
+		for range 8 { // within the next backoff step (80 s)
+			c.collectOnce(bg)
+			clock.Advance(10 * time.Second)
+		}
 		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
 		mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"})
 	})
@@ -528,9 +543,10 @@ func TestNVMLOpen(t *testing.T) {
 		srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
 		c, reg := testCollector(t, Options{Config: cfg, NVML: srv})
 		c.collectOnce(bg)
-		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		// Telemetry calls the mock has no function for fail per GPU; as
+		// no GPU could be read at all, the collector is down.
+		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
 		require.Equal(t, "nvml", gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"])
-		// Telemetry calls the mock has no function for fail per GPU, not the collector.
 		errs := gather(t, reg, "gpuscope_gpu_collector_errors_total")
 		require.Len(t, errs, 8)
 		for _, e := range errs {
@@ -657,5 +673,106 @@ func TestNVMLOlderDriverSymbols(t *testing.T) {
 				mustLookup(t, reg, name, map[string]string{"gpu": "1"})
 			}
 		})
+	}
+}
+
+// TestNVMLReinit: the driver goes away under a running collector (module
+// unloaded for an upgrade: every call answers UNINITIALIZED, then Init
+// answers DRIVER_NOT_LOADED) and comes back. The collector reports up 0
+// with the reason, shuts NVML down, initialises it again with backoff and
+// serves the GPUs again once the driver is back.
+func TestNVMLReinit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail nvml.Return
+	}{
+		{"driver unloaded", nvml.ERROR_UNINITIALIZED},
+		{"library and kernel module differ", nvml.ERROR_LIB_RM_VERSION_MISMATCH},
+		{"every call fails", nvml.ERROR_UNKNOWN},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 2)
+			var down atomic.Bool
+			var inits, shutdowns atomic.Int32
+			m.srv.InitFunc = func() nvml.Return {
+				inits.Add(1)
+				if down.Load() {
+					return nvml.ERROR_DRIVER_NOT_LOADED
+				}
+				return nvml.SUCCESS
+			}
+			m.srv.ShutdownFunc = func() nvml.Return { shutdowns.Add(1); return nvml.SUCCESS }
+			for _, d := range m.devs {
+				failWhile(d, &down, tc.fail)
+			}
+			var logs syncBuffer
+			clock := newFakeClock()
+			o := mockOptions(m, clock)
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			o.Config.Families.Processes = false
+			c, reg := testCollector(t, o)
+			cycle := func() { c.collectOnce(bg); clock.Advance(10 * time.Second) }
+			cycle()
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+			require.Equal(t, int32(1), inits.Load())
+
+			down.Store(true)
+			cycle()
+			require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil), "no GPU read: down")
+			require.Equal(t, int32(1), shutdowns.Load(), "NVML shut down to be initialised again")
+			require.Contains(t, logs.String(), "Re-initialising the GPU backend")
+			require.Contains(t, logs.String(), tc.fail.Error())
+			for range 5 {
+				cycle()
+			}
+			require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+			require.Empty(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"))
+			require.Less(t, inits.Load(), int32(6), "re-initialised with backoff, not every cycle")
+			require.Greater(t, inits.Load(), int32(1))
+
+			down.Store(false)
+			for range 10 {
+				cycle()
+			}
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+			require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 2)
+		})
+	}
+}
+
+// failWhile makes every function of d that returns an nvml.Return answer
+// ret while cond is set, and behave as before otherwise.
+func failWhile(d *server.Device, cond *atomic.Bool, ret nvml.Return) {
+	failFuncsWhile(reflect.ValueOf(d).Elem(), cond, ret)
+}
+
+func failFuncsWhile(v reflect.Value, cond *atomic.Bool, ret nvml.Return) {
+	retType := reflect.TypeOf(nvml.SUCCESS)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		ft := f.Type()
+		if v.Type().Field(i).Anonymous && ft.Kind() == reflect.Pointer && !f.IsNil() && ft.Elem().Kind() == reflect.Struct {
+			failFuncsWhile(f.Elem(), cond, ret)
+			continue
+		}
+		if v.Type().Field(i).Anonymous && ft.Kind() == reflect.Struct {
+			failFuncsWhile(f, cond, ret)
+			continue
+		}
+		if !f.CanSet() || ft.Kind() != reflect.Func || ft.NumOut() == 0 || ft.Out(ft.NumOut()-1) != retType || f.IsNil() {
+			continue
+		}
+		orig := reflect.ValueOf(f.Interface())
+		f.Set(reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
+			if !cond.Load() {
+				return orig.Call(args)
+			}
+			out := make([]reflect.Value, ft.NumOut())
+			for j := range out {
+				out[j] = reflect.Zero(ft.Out(j))
+			}
+			out[len(out)-1] = reflect.ValueOf(ret)
+			return out
+		}))
 	}
 }
