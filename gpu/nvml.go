@@ -254,7 +254,13 @@ func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
 			break
 		}
 		gs := gpuSample{info: g.info}
-		b.readGPU(g, &gs, &s.errs, now)
+		answered, gone := b.readGPU(g, &gs, &s.errs, now)
+		if answered {
+			s.read++
+		}
+		if gone != nvml.SUCCESS && s.reinit == nil {
+			s.reinit = fmt.Errorf("GPU %s: %w", g.label, gone)
+		}
 		s.gpus = append(s.gpus, gs)
 	}
 	b.grouper.endCycle()
@@ -263,6 +269,16 @@ func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
 	s.errs = append(s.errs, b.eventErrs...)
 	b.eventErrs = b.eventErrs[:0]
 	b.eventErrMu.Unlock()
+	if s.read == 0 && s.reinit == nil {
+		// Every call failed: unless every GPU is merely off the bus
+		// (they come back by answering again), start NVML afresh.
+		for _, e := range s.errs {
+			if !errors.Is(e.err, nvml.ERROR_GPU_IS_LOST) {
+				s.reinit = fmt.Errorf("every NVML call failed; GPU %s: %w", e.gpu, e.err)
+				break
+			}
+		}
+	}
 	return s
 }
 

@@ -14,9 +14,22 @@ type reader struct {
 	s    *gpuSample
 	errs *[]fieldError
 	gpu  string
-	// lost is set once the GPU is gone (fallen off the bus); reading the
-	// rest of its fields would only produce more of the same error.
+	// lost is set once the GPU is gone (fallen off the bus) or the driver
+	// is (gone set); reading the rest of its fields would only produce
+	// more of the same error.
 	lost bool
+	gone nvml.Return
+}
+
+// driverGone reports whether ret means NVML itself no longer works: the
+// kernel module was unloaded, or replaced by another version than the
+// library's. Only a new nvmlInit can recover from these.
+func driverGone(ret nvml.Return) bool {
+	switch ret {
+	case nvml.ERROR_UNINITIALIZED, nvml.ERROR_DRIVER_NOT_LOADED, nvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return true
+	}
+	return false
 }
 
 // ok reports whether a call that feeds fields fs succeeded. Unsupported
@@ -31,13 +44,17 @@ func (r *reader) ok(ret nvml.Return, fs ...fieldID) bool {
 			r.s.unsupported.add(f)
 		}
 	default:
-		if ret == nvml.ERROR_GPU_IS_LOST {
-			// The GPU fell off the bus: one error for the device, as for a
-			// GPU that cannot be read at all, not one per field.
+		if ret == nvml.ERROR_GPU_IS_LOST || driverGone(ret) {
+			// The GPU fell off the bus, or the driver went away: one
+			// error for the device, as for a GPU that cannot be read at
+			// all, not one per field.
 			if !r.lost {
 				*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: "device", err: ret})
 			}
 			r.lost = true
+			if driverGone(ret) {
+				r.gone = ret
+			}
 			return false
 		}
 		for _, f := range fs {
@@ -52,12 +69,15 @@ const bytesPerMiB = 1 << 20
 // mib converts bytes to MiB with the integer truncation DCGM applies.
 func mib(b uint64) float64 { return float64(b / bytesPerMiB) }
 
-func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now time.Time) {
+// readGPU reads one GPU into s. answered says whether the device answered
+// at all; gone is the error of a driver that went away (see driverGone).
+func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now time.Time) (answered bool, gone nvml.Return) {
 	r := reader{s: s, errs: errs, gpu: g.label}
 	defer func() {
 		// A misbehaving driver binding must cost one GPU's sample, not the process.
 		if p := recover(); p != nil {
 			*errs = append(*errs, fieldError{gpu: g.label, field: "device", err: fmt.Errorf("panic: %v", p)})
+			answered = false
 		}
 	}()
 	d := g.dev
@@ -203,9 +223,12 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 			// off the bus) is exactly what a lost GPU last reported.
 			*s = gpuSample{info: g.info}
 			b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
-			return
+			return false, r.gone
 		}
 	}
+	// XIDs come from the event loop: they do not show the device answered.
+	const xid = fieldSet(1) << fXID
+	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
 }
 
 // readMemory uses the v2 memory info, which splits the reserved part out of

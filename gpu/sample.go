@@ -92,6 +92,12 @@ type sample struct {
 	time time.Time
 	gpus []gpuSample
 	errs []fieldError
+	// read counts the GPUs that answered in this cycle (a lost GPU whose
+	// XID series are kept did not); 0 sets gpuscope_gpu_collector_up 0.
+	read int
+	// reinit, set by the backend, asks the collector to close and open it
+	// again (the driver was unloaded or upgraded, or nothing answers).
+	reinit error
 }
 
 // fieldError is one failed read. gpu is the GPU index, or "" when the

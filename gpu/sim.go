@@ -131,6 +131,7 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 			continue
 		}
 		g.offBus = false
+		s.read++
 		st := g.step(t, dt)
 		b.fill(gs, g, st, names)
 		if g.mig != nil {
