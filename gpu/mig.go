@@ -36,10 +36,6 @@ var instanceFields = fieldSetOf(
 	fContainerMemory, fContainerSM,
 )
 
-// instanceFieldList is instanceFields as a list, for the reader's error
-// accounting of a read that would have fed all of them.
-var instanceFieldList = instanceFields.list()
-
 func fieldSetOf(fs ...fieldID) fieldSet {
 	var s fieldSet
 	for _, f := range fs {

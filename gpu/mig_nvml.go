@@ -144,7 +144,7 @@ func (b *nvmlBackend) readMIG(r *reader, g *nvmlGPU) {
 		return
 	default:
 		if m.on {
-			r.ok(ret, instanceFieldList...)
+			b.instancesOK(r, ret)
 		} else {
 			r.ok(ret)
 		}
@@ -156,7 +156,7 @@ func (b *nvmlBackend) readMIG(r *reader, g *nvmlGPU) {
 	}
 	m.on = true
 	n, ret := g.dev.GetMaxMigDeviceCount()
-	if !r.ok(ret, instanceFieldList...) {
+	if !b.instancesOK(r, ret) {
 		return
 	}
 	for _, in := range m.insts {
@@ -167,14 +167,14 @@ func (b *nvmlBackend) readMIG(r *reader, g *nvmlGPU) {
 		if ret == nvml.ERROR_NOT_FOUND {
 			continue // no MIG device at this index
 		}
-		if !r.ok(ret, instanceFieldList...) {
+		if !b.instancesOK(r, ret) {
 			if r.lost {
 				return
 			}
 			continue
 		}
 		gi, ret := md.GetGpuInstanceId()
-		if !r.ok(ret, instanceFieldList...) {
+		if !b.instancesOK(r, ret) {
 			if r.lost {
 				return
 			}
@@ -208,6 +208,15 @@ func (b *nvmlBackend) readMIG(r *reader, g *nvmlGPU) {
 		}
 		r.s.instances = append(r.s.instances, is)
 	}
+}
+
+// instancesOK is r.ok for a call that feeds every instance field of the
+// GPU (the enumeration of its instances).
+func (b *nvmlBackend) instancesOK(r *reader, ret nvml.Return) bool {
+	if ret == nvml.SUCCESS {
+		return true
+	}
+	return r.ok(ret, (instanceFields & b.fields).list()...)
 }
 
 // readInstance reads one GPU instance: its profile, framebuffer (the MIG

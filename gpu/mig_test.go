@@ -430,3 +430,26 @@ func TestMIGDeviceLost(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0", "field": "device"}))
 }
+
+// TestMIGEnumerationFails: when the instances cannot be listed, their
+// fields fail (counted once per enabled field and cycle) and the GPU does
+// not fall back to whole-GPU values that would change the series' labels.
+func TestMIGEnumerationFails(t *testing.T) {
+	for _, processes := range []bool{true, false} {
+		mm := newMIGMachine(t, 1)
+		c, reg, clock := migCollector(t, mm, func(o *Options) { o.Config.Families.Processes = processes })
+		mm.parent.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		clock.Advance(10 * time.Second)
+		c.collectOnce(bg)
+		require.Empty(t, gather(t, reg, "DCGM_FI_DEV_FB_USED"))
+		require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
+		_, ok := lookup(t, reg, "DCGM_FI_DEV_POWER_USAGE", wholeGPU("0"))
+		require.True(t, ok)
+		for _, f := range []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"} {
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0", "field": f}), f)
+		}
+		// A family switched off is not read, so it does not fail.
+		_, ok = lookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"field": "gpuscope_gpu_container_memory_used_bytes"})
+		require.Equal(t, processes, ok)
+	}
+}
