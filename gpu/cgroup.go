@@ -85,26 +85,40 @@ func cleanCgroupPath(p string) string {
 // placed in their container's cgroup before they open a GPU and stay
 // there, and re-reading /proc for each of hundreds of processes every
 // cycle would be most of the cycle's cost. Entries of pids not seen in a
-// cycle are dropped, which also handles pid reuse across cycles.
+// cycle are dropped. A pid reused between two cycles is caught by the
+// process start time (/proc/<pid>/stat field 22), read with the cgroup and
+// checked again every few cycles: every cycle for up to 8 cached pids,
+// else spread so that about 8 are checked per cycle (32 GPU processes:
+// each every 4 cycles). A /proc read costs about as much as the rest of a
+// cycle per GPU, so checking all of hundreds of pids every cycle would
+// multiply the cycle's cost.
 type pidResolver struct {
 	procRoot string
 	cycle    uint64
 	cache    map[uint32]pidEntry
 	buf      []byte
 	path     []byte
+	every    uint64 // check each cached pid's start time every this many cycles
 }
 
 type pidEntry struct {
-	id   string
-	seen uint64
+	id    string
+	start uint64 // start time in clock ticks since boot; 0 if unreadable
+	seen  uint64
 }
 
+// startChecksPerCycle is how many cached pids' start times a cycle checks.
+const startChecksPerCycle = 8
+
 func newPIDResolver(procRoot string) *pidResolver {
-	return &pidResolver{procRoot: procRoot, cache: map[uint32]pidEntry{}, buf: make([]byte, 4096)}
+	return &pidResolver{procRoot: procRoot, cache: map[uint32]pidEntry{}, buf: make([]byte, 4096), every: 1}
 }
 
 // beginCycle starts a cycle; endCycle forgets pids not resolved since.
-func (r *pidResolver) beginCycle() { r.cycle++ }
+func (r *pidResolver) beginCycle() {
+	r.cycle++
+	r.every = max(uint64((len(r.cache)+startChecksPerCycle-1)/startChecksPerCycle), 1)
+}
 
 func (r *pidResolver) endCycle() {
 	for pid, e := range r.cache {
@@ -116,15 +130,16 @@ func (r *pidResolver) endCycle() {
 
 func (r *pidResolver) resolve(pid uint32) (string, error) {
 	if e, ok := r.cache[pid]; ok {
-		e.seen = r.cycle
-		r.cache[pid] = e
-		return e.id, nil
+		if (uint64(pid)+r.cycle)%r.every != 0 || r.startTime(pid) == e.start {
+			e.seen = r.cycle
+			r.cache[pid] = e
+			return e.id, nil
+		}
+		// Another process now has this pid.
+		delete(r.cache, pid)
 	}
-	r.path = append(r.path[:0], r.procRoot...)
-	r.path = append(r.path, '/')
-	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
-	r.path = append(r.path, "/cgroup"...)
-	b, err := readSmallFile(string(r.path), r.buf)
+	start := r.startTime(pid)
+	b, err := readSmallFile(string(r.procPath(pid, "/cgroup")), r.buf)
 	if err != nil {
 		return "", err
 	}
@@ -133,8 +148,55 @@ func (r *pidResolver) resolve(pid uint32) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("parse %s: %w", r.path, err)
 	}
-	r.cache[pid] = pidEntry{id: id, seen: r.cycle}
+	r.cache[pid] = pidEntry{id: id, start: start, seen: r.cycle}
 	return id, nil
+}
+
+func (r *pidResolver) procPath(pid uint32, file string) []byte {
+	r.path = append(r.path[:0], r.procRoot...)
+	r.path = append(r.path, '/')
+	r.path = strconv.AppendUint(r.path, uint64(pid), 10)
+	r.path = append(r.path, file...)
+	return r.path
+}
+
+// startTime returns field 22 of /proc/<pid>/stat, the process start time
+// in clock ticks since boot, or 0 if it cannot be read.
+func (r *pidResolver) startTime(pid uint32) uint64 {
+	b, err := readSmallFile(string(r.procPath(pid, "/stat")), r.buf)
+	if err != nil {
+		return 0
+	}
+	r.buf = b[:cap(b)]
+	return statStartTime(b)
+}
+
+// statStartTime parses field 22 (starttime) of /proc/<pid>/stat content.
+// Field 2, the command name in parentheses, may contain spaces and
+// parentheses, so fields are counted from the last ')'.
+func statStartTime(b []byte) uint64 {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	// After ") " come fields 3 (state), 4, ...: field 22 is the 20th.
+	rest := b[i+1:]
+	for n := 0; n < 20; n++ {
+		rest = bytes.TrimLeft(rest, " ")
+		j := bytes.IndexByte(rest, ' ')
+		if j < 0 {
+			j = len(rest)
+		}
+		if n == 19 {
+			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest[:j])), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return v
+		}
+		rest = rest[j:]
+	}
+	return 0
 }
 
 // readSmallFile reads a procfs file into buf, growing it if needed.

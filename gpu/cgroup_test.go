@@ -156,3 +156,68 @@ func TestPCIeMaxBandwidth(t *testing.T) {
 		require.InDelta(t, tc.want, pcieMaxBandwidth(tc.gen, tc.width), 1, "gen %d x%d", tc.gen, tc.width)
 	}
 }
+
+// TestPIDResolverCatchesPIDReuse: a pid that ended and was given to a new
+// process between two cycles, while still listed on a GPU, is resolved
+// afresh: its start time changed.
+func TestPIDResolverCatchesPIDReuse(t *testing.T) {
+	proc := t.TempDir()
+	writeProcStart(t, proc, 7, "0::/a\n", 500)
+	r := newPIDResolver(proc)
+	r.beginCycle()
+	id, err := r.resolve(7)
+	require.NoError(t, err)
+	require.Equal(t, "/a", id)
+	r.endCycle()
+
+	writeProcStart(t, proc, 7, "0::/b\n", 900)
+	r.beginCycle()
+	id, err = r.resolve(7)
+	require.NoError(t, err)
+	require.Equal(t, "/b", id, "the new process's container")
+	r.endCycle()
+
+	// With many pids the check is spread over cycles: 256 pids, 8 a
+	// cycle, each every 32 cycles.
+	for pid := 1000; pid < 1256; pid++ {
+		writeProcStart(t, proc, pid, "0::/c\n", 1)
+	}
+	resolveAll := func() {
+		r.beginCycle()
+		for pid := uint32(1000); pid < 1256; pid++ {
+			_, err := r.resolve(pid)
+			require.NoError(t, err)
+		}
+		r.endCycle()
+	}
+	resolveAll()
+	writeProcStart(t, proc, 1100, "0::/d\n", 2)
+	for range 32 {
+		resolveAll()
+	}
+	id, err = r.resolve(1100)
+	require.NoError(t, err)
+	require.Equal(t, "/d", id)
+}
+
+func TestStatStartTime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stat string
+		want uint64
+	}{
+		{"plain", "42 (bash) S 1 42 42 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 1 0 98765 1 1 1\n", 98765},
+		{"name with spaces and parentheses", "42 (a) b (c) R 1 42 42 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 1 0 12345 1 1 1\n", 12345},
+		{"truncated", "42 (bash) S 1 42", 0},
+		{"garbage", "no parenthesis", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, statStartTime([]byte(tc.stat)))
+		})
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skip("no /proc")
+	}
+	require.NotZero(t, statStartTime(b), "this process's start time")
+}

@@ -184,7 +184,9 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 			for _, c := range g.containers {
 				lv := [...]string{info.ownLabels[0], info.ownLabels[1], c.id, c.name, c.image}
 				if g.set.has(fContainerMemory) {
-					out = append(out, prometheus.MustNewConstMetric(d.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
+					if !c.memoryUnknown {
+						out = append(out, prometheus.MustNewConstMetric(d.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
+					}
 					out = append(out, prometheus.MustNewConstMetric(d.containerProcs, prometheus.GaugeValue, float64(c.processes), lv[:]...))
 				}
 				if g.set.has(fContainerSM) {

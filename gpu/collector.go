@@ -62,6 +62,8 @@ type Collector struct {
 	failures int
 	reopenAt time.Time
 	openErr  error
+	// denied are the fields the driver refused gpuscope's user, logged once.
+	denied fieldSet
 
 	mu     sync.Mutex // guards the self-monitoring state below
 	up     bool
@@ -293,6 +295,7 @@ func (c *Collector) publish(res cycleResult) {
 		return
 	}
 	c.recordErrors(res.s.errs)
+	c.logDenied(res.s)
 	c.snap.Store(&snapshot{s: res.s})
 	if res.s.read == 0 {
 		// A cycle that read no GPU is a collector that does not work,
@@ -341,6 +344,26 @@ func (c *Collector) setUp(up bool, reason error) {
 	default:
 		c.logger.Warn("GPU collector down", "backend", c.backend.name(), "err", reason)
 	}
+}
+
+// logDenied logs, once per field, what the driver does not let gpuscope's
+// user read. Running as root, or with profiling open to all users
+// (NVreg_RestrictProfilingToAdminUsers=0), gives it back.
+func (c *Collector) logDenied(s *sample) {
+	var denied fieldSet
+	for i := range s.gpus {
+		denied |= s.gpus[i].denied
+	}
+	if denied&^c.denied == 0 {
+		return
+	}
+	for f := fieldID(0); f < numFields; f++ {
+		if denied.has(f) && !c.denied.has(f) {
+			c.logger.Info("The driver does not let gpuscope's user read this field; it is reported unsupported",
+				"field", fields[f].name, "uid", os.Getuid(), "hint", "run as root, or for DCGM_FI_PROF_* set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0")
+		}
+	}
+	c.denied |= denied
 }
 
 // recordErrors counts failed reads and logs each (GPU, field) when its

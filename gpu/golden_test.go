@@ -38,10 +38,11 @@ func TestGoldenExposition(t *testing.T) {
 			proc := t.TempDir()
 			writeProc(t, proc, 4242, "4:cpu,cpuacct:/system.slice/docker-0123abcd.scope\n0::/system.slice/docker-0123abcd.scope\n")
 			m.procs[0] = []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 1000 << 20}}
-			m.utils[0] = []nvml.ProcessUtilizationSample{{Pid: 4242, TimeStamp: 5, SmUtil: 48}}
+			clock := newFakeClock()
+			now := uint64(clock.Now().UnixMicro()) // driver timestamps are wall-clock µs
+			m.utils[0] = []nvml.ProcessUtilizationSample{{Pid: 4242, TimeStamp: now - 5e6, SmUtil: 48}}
 			m.devs[1].GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 
-			clock := newFakeClock()
 			o := mockOptions(m, clock)
 			o.ProcRoot = proc
 			o.ContainerLookup = func(id string) (string, string, bool) { return "trainer", "nvcr.io/nvidia/pytorch:24.01-py3", true }
@@ -50,7 +51,7 @@ func TestGoldenExposition(t *testing.T) {
 			c.collectOnce(bg)
 			m.mu.Lock()
 			m.nvlinkKiB[0] += 1234567
-			m.utils[0] = append(m.utils[0], nvml.ProcessUtilizationSample{Pid: 4242, TimeStamp: 10, SmUtil: 52})
+			m.utils[0] = append(m.utils[0], nvml.ProcessUtilizationSample{Pid: 4242, TimeStamp: now + 5e6, SmUtil: 52})
 			m.mu.Unlock()
 			clock.Advance(10 * time.Second)
 			c.collectOnce(bg)

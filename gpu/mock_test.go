@@ -35,7 +35,9 @@ type mockMachine struct {
 	// gpm[i] says whether GPU i has GPM.
 	gpm   []bool
 	procs [][]nvml.ProcessInfo
-	utils [][]nvml.ProcessUtilizationSample
+	// mps and graphics are the MPS client and graphics process lists.
+	mps, graphics [][]nvml.ProcessInfo
+	utils         [][]nvml.ProcessUtilizationSample
 	// lastSeen records the timestamps passed to GetProcessUtilization.
 	lastSeen [][]uint64
 	proc     string
@@ -53,6 +55,8 @@ func newMockMachine(t testing.TB, n int) *mockMachine {
 		nvlinkKiB: make([]uint64, n),
 		gpm:       make([]bool, n),
 		procs:     make([][]nvml.ProcessInfo, n),
+		mps:       make([][]nvml.ProcessInfo, n),
+		graphics:  make([][]nvml.ProcessInfo, n),
 		utils:     make([][]nvml.ProcessUtilizationSample, n),
 		lastSeen:  make([][]uint64, n),
 	}
@@ -217,6 +221,19 @@ func (m *mockMachine) fillTelemetry(i int, d *server.Device) {
 		defer m.mu.Unlock()
 		return append([]nvml.ProcessInfo(nil), m.procs[i]...), nvml.SUCCESS
 	}
+	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return append([]nvml.ProcessInfo(nil), m.mps[i]...), nvml.SUCCESS
+	}
+	d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.graphics[i] == nil {
+			return nil, nvml.ERROR_NOT_SUPPORTED // as on most datacenter GPUs
+		}
+		return append([]nvml.ProcessInfo(nil), m.graphics[i]...), nvml.SUCCESS
+	}
 	d.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -372,12 +389,22 @@ func mustLookup(t testing.TB, reg prometheus.Gatherer, name string, match map[st
 	return v
 }
 
-// writeProc creates <root>/<pid>/cgroup.
+// writeProc creates <root>/<pid>/cgroup and a stat with start time
+// 1000+pid.
 func writeProc(t testing.TB, root string, pid int, content string) {
+	t.Helper()
+	writeProcStart(t, root, pid, content, uint64(1000+pid))
+}
+
+// writeProcStart creates <root>/<pid>/cgroup and a stat whose field 22,
+// the start time, is start.
+func writeProcStart(t testing.TB, root string, pid int, content string, start uint64) {
 	t.Helper()
 	dir := filepath.Join(root, fmt.Sprint(pid))
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup"), []byte(content), 0o644))
+	stat := fmt.Sprintf("%d (python3 (x) y) S 1 %d %d 0 -1 4194560 1234 0 0 0 5 6 0 0 20 0 12 0 %d 2000000000 5000 18446744073709551615\n", pid, pid, pid, start)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644))
 }
 
 var bg = context.Background()

@@ -23,6 +23,7 @@ var errNoDriver = errors.New("NVIDIA driver library libnvidia-ml.so.1 not found"
 type nvmlBackend struct {
 	lib      nvml.Interface
 	logger   *slog.Logger
+	interval time.Duration
 	hostname string
 	withHost bool
 	fields   fieldSet
@@ -68,6 +69,7 @@ func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bo
 	return &nvmlBackend{
 		lib:       lib,
 		logger:    o.Logger,
+		interval:  o.Interval,
 		hostname:  o.Hostname,
 		withHost:  withHost,
 		fields:    fields,

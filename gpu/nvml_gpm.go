@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"math"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
@@ -104,6 +106,9 @@ func (b *nvmlBackend) readGPM(r *reader, g *nvmlGPU) {
 					continue
 				}
 				v := res.Value * m.scale
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					continue // blank, as DCGM leaves a NaN (DcgmGpmManager)
+				}
 				r.s.setValue(m.field, v)
 				if m.pcie != numFields {
 					r.s.setValue(m.pcie, v)

@@ -43,6 +43,13 @@ func (r *reader) ok(ret nvml.Return, fs ...fieldID) bool {
 		for _, f := range fs {
 			r.s.unsupported.add(f)
 		}
+	case nvml.ERROR_NO_PERMISSION:
+		// gpuscope's user may not read it (profiling restricted to admin
+		// users, another user's processes): a state, not a failure.
+		for _, f := range fs {
+			r.s.unsupported.add(f)
+			r.s.denied.add(f)
+		}
 	default:
 		if ret == nvml.ERROR_GPU_IS_LOST || driverGone(ret) {
 			// The GPU fell off the bus, or the driver went away: one
@@ -209,7 +216,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 		func() { b.readXID(&r, g) },
 		func() {
 			if !g.mig.enabled() { // in MIG mode, per GPU instance
-				b.readProcesses(&r, g)
+				b.readProcesses(&r, g, now)
 			}
 		},
 		func() { g.mig.finish(s) }, // last
@@ -468,7 +475,10 @@ func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 	}
 }
 
-func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU) {
+// readProcesses groups the processes the driver lists as running on the
+// GPU (compute, and graphics and MPS clients where the driver lists them)
+// by container, with their SM utilisation since the previous cycle.
+func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 	if !b.fields.has(fContainerMemory) {
 		return
 	}
@@ -476,20 +486,44 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU) {
 	if !r.ok(ret, fContainerMemory) {
 		return
 	}
+	// Under MPS the compute list holds the MPS server; its clients are
+	// listed apart. Graphics contexts are listed apart too.
+	for _, extra := range [...]struct {
+		have bool
+		get  func() ([]nvml.ProcessInfo, nvml.Return)
+	}{{b.syms.mps, g.dev.GetMPSComputeRunningProcesses}, {b.syms.graphics, g.dev.GetGraphicsRunningProcesses}} {
+		if !extra.have {
+			continue
+		}
+		switch more, ret := extra.get(); ret {
+		case nvml.SUCCESS:
+			procs = append(procs, more...)
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_NO_PERMISSION:
+			// Most datacenter GPUs list no graphics processes.
+		default:
+			r.ok(ret, fContainerMemory)
+		}
+	}
 	r.s.set.add(fContainerMemory)
+	if g.lastProcessSeen == 0 {
+		// The first call would return the driver's whole sample buffer,
+		// processes that ended long ago included; start one interval back.
+		g.lastProcessSeen = uint64(max(now.Add(-b.interval).UnixMicro(), 0))
+	}
 	var utils []nvml.ProcessUtilizationSample
 	ret = nvml.ERROR_FUNCTION_NOT_FOUND
 	if b.syms.processUtil {
 		utils, ret = g.dev.GetProcessUtilization(g.lastProcessSeen)
 	}
-	switch ret {
-	case nvml.SUCCESS:
+	switch {
+	case ret == nvml.SUCCESS:
 		for _, u := range utils {
 			g.lastProcessSeen = max(g.lastProcessSeen, u.TimeStamp)
 		}
 		r.s.set.add(fContainerSM)
-	case nvml.ERROR_NOT_FOUND:
-		// No process ran on the GPU since the last cycle.
+	case ret == nvml.ERROR_NOT_FOUND, ret == nvml.ERROR_INSUFFICIENT_SIZE && len(utils) == 0:
+		// No process ran on the GPU since the last cycle (go-nvml turns
+		// a count of 0 into INSUFFICIENT_SIZE with no samples).
 		utils = nil
 		r.s.set.add(fContainerSM)
 	default:

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -437,7 +439,14 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 	writeProc(t, proc, 100, dockerV1)
 	writeProc(t, proc, 101, dockerV1)
 	writeProc(t, proc, 102, "0::/user.slice/user-1000.slice/session-2.scope\n")
+	writeProc(t, proc, 104, "0::/system.slice/docker-mps.scope\n")
 	writeProc(t, proc, 200, "0::/\n")
+	writeProc(t, proc, 201, "0::/system.slice/docker-known.scope\n")
+	// pid 556 ended long ago but is in the driver's utilisation history;
+	// its pid now belongs to a process in another container.
+	writeProc(t, proc, 556, "0::/system.slice/docker-other.scope\n")
+	clock := newFakeClock()
+	now := uint64(clock.Now().UnixMicro())
 	// pid 103 has exited: no /proc entry.
 	m.procs[0] = []nvml.ProcessInfo{
 		{Pid: 100, UsedGpuMemory: 10 << 30},
@@ -445,14 +454,18 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 		{Pid: 102, UsedGpuMemory: 1 << 30},
 		{Pid: 103, UsedGpuMemory: 1 << 30},
 	}
+	// An MPS client, and pid 101 again (listed twice counts once).
+	m.mps[0] = []nvml.ProcessInfo{{Pid: 104, UsedGpuMemory: 3 << 30}, {Pid: 101, UsedGpuMemory: 2 << 30}}
 	m.utils[0] = []nvml.ProcessUtilizationSample{
-		{Pid: 100, TimeStamp: 1000, SmUtil: 40},
-		{Pid: 100, TimeStamp: 2000, SmUtil: 60}, // mean 50
-		{Pid: 101, TimeStamp: 1500, SmUtil: 20},
-		{Pid: 102, TimeStamp: 1800, SmUtil: 5},
+		{Pid: 100, TimeStamp: now - 9e6, SmUtil: 40},
+		{Pid: 100, TimeStamp: now - 2e6, SmUtil: 60}, // mean 50
+		{Pid: 101, TimeStamp: now - 5e6, SmUtil: 20},
+		{Pid: 102, TimeStamp: now - 3e6, SmUtil: 5},
+		{Pid: 102, TimeStamp: now - 60e6, SmUtil: 99}, // before the first interval: not read
+		{Pid: 556, TimeStamp: now - 1e6, SmUtil: 80},  // not running: not counted
 	}
-	m.procs[1] = []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: ^uint64(0)}} // not available
-	o := mockOptions(m, newFakeClock())
+	m.procs[1] = []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: ^uint64(0)}, {Pid: 201, UsedGpuMemory: 5 << 20}} // 200: not available
+	o := mockOptions(m, clock)
 	o.ProcRoot = proc
 	o.ContainerLookup = func(id string) (string, string, bool) {
 		if id == "/system.slice/docker-abc.scope" {
@@ -465,22 +478,92 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 
 	docker := map[string]string{"gpu": "0", "UUID": "GPU-00000000-0000-4000-8000-000000000000", "id": "/system.slice/docker-abc.scope", "name": "trainer", "image": "pytorch:24.01"}
 	session := map[string]string{"gpu": "0", "id": "/user.slice/user-1000.slice/session-2.scope", "name": "", "image": ""}
+	mps := map[string]string{"gpu": "0", "id": "/system.slice/docker-mps.scope"}
 	require.Equal(t, float64(12<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", docker))
 	require.Equal(t, 70.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker))
 	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", docker))
 	require.Equal(t, float64(1<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", session))
-	require.Equal(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session))
-	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/"}))
-	require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 3)
+	require.Equal(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session), "the driver's older history is not read")
+	require.Equal(t, float64(3<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", mps))
+	// The ended process's reused pid is not attributed.
+	_, ok := lookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"id": "/system.slice/docker-other.scope"})
+	require.False(t, ok)
+	// Memory the driver withholds is absent, not 0; the process is counted.
+	_, ok = lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/"})
+	require.False(t, ok)
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "1", "id": "/"}))
+	require.Equal(t, float64(5<<20), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/system.slice/docker-known.scope"}))
+	require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 4)
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
 
-	// The next cycle asks only for samples newer than the last one seen.
+	// The first call asked for one interval of history; the next asks
+	// only for samples newer than the last one seen.
+	clock.Advance(10 * time.Second)
 	c.collectOnce(bg)
 	m.mu.Lock()
-	require.Equal(t, []uint64{0, 2000}, m.lastSeen[0])
+	require.Equal(t, []uint64{now - 10e6, now - 1e6}, m.lastSeen[0])
 	m.mu.Unlock()
 	// Nothing ran since: utilisation 0, memory still held.
 	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker))
 	require.Equal(t, float64(12<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", docker))
+}
+
+// TestNVMLNoPermission: running as a non-root user, the driver answers
+// NO_PERMISSION for profiling (NVreg_RestrictProfilingToAdminUsers) and
+// other users' process lists: unsupported, logged once, not an error.
+// A process-utilisation count of 0 (go-nvml: INSUFFICIENT_SIZE with no
+// samples) is an idle GPU, not an error.
+func TestNVMLNoPermission(t *testing.T) {
+	m := newMockMachine(t, 2)
+	for _, d := range m.devs {
+		d.GpmSampleGetFunc = func(nvml.GpmSample) nvml.Return { return nvml.ERROR_NO_PERMISSION }
+		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NO_PERMISSION }
+	}
+	m.devs[1].GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	m.devs[1].GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return []nvml.ProcessUtilizationSample{}, nvml.ERROR_INSUFFICIENT_SIZE
+	}
+	var logs syncBuffer
+	clock := newFakeClock()
+	o := mockOptions(m, clock)
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c, reg := testCollector(t, o)
+	for range 3 {
+		c.collectOnce(bg)
+		clock.Advance(10 * time.Second)
+	}
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}))
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}))
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "1", "field": "gpuscope_gpu_container_sm_utilization_percent"}))
+	require.Empty(t, gather(t, reg, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+	mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"})
+	out := logs.String()
+	require.Equal(t, 1, strings.Count(out, "field=DCGM_FI_PROF_GR_ENGINE_ACTIVE"), out)
+	require.Equal(t, 1, strings.Count(out, "field=gpuscope_gpu_container_memory_used_bytes"), out)
+	require.NotContains(t, out, "level=WARN")
+}
+
+// TestNVMLGPMNaN: DCGM leaves a NaN from GPM blank; so does gpuscope.
+func TestNVMLGPMNaN(t *testing.T) {
+	m := newMockMachine(t, 1)
+	get := m.srv.GpmMetricsGetFunc
+	m.srv.GpmMetricsGetFunc = func(req *nvml.GpmMetricsGetType) nvml.Return {
+		ret := get(req)
+		req.Metrics[0].Value = math.NaN()
+		req.Metrics[1].Value = math.Inf(1)
+		return ret
+	}
+	clock := newFakeClock()
+	c, reg := testCollector(t, mockOptions(m, clock))
+	c.collectOnce(bg)
+	clock.Advance(10 * time.Second)
+	c.collectOnce(bg)
+	require.Empty(t, gather(t, reg, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+	require.Empty(t, gather(t, reg, "DCGM_FI_PROF_SM_ACTIVE"))
+	require.InDelta(t, 0.25, mustLookup(t, reg, "DCGM_FI_PROF_SM_OCCUPANCY", nil), 1e-9)
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
 }
 
 func TestNVMLOpen(t *testing.T) {

@@ -2,14 +2,16 @@ package gpu
 
 import (
 	"sort"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// containerGrouper turns a GPU's compute processes into per-container
-// usage. One grouper serves all GPUs of a backend and is only used from
-// the sampling goroutine.
+// containerGrouper turns a GPU's processes into per-container usage. One
+// grouper serves all GPUs of a backend; GPUs are read concurrently, so its
+// methods lock.
 type containerGrouper struct {
+	mu     sync.Mutex
 	pids   *pidResolver
 	lookup func(id string) (name, image string, ok bool)
 
@@ -20,9 +22,10 @@ type containerGrouper struct {
 }
 
 type pidUsage struct {
-	memoryBytes float64
-	smSum       float64
-	smSamples   int
+	memoryBytes   float64
+	memoryUnknown bool
+	smSum         float64
+	smSamples     int
 }
 
 func newContainerGrouper(procRoot string, lookup func(string) (string, string, bool)) *containerGrouper {
@@ -36,30 +39,49 @@ func newContainerGrouper(procRoot string, lookup func(string) (string, string, b
 }
 
 func (g *containerGrouper) beginCycle() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.pids.beginCycle()
 	clear(g.names)
 }
 
-func (g *containerGrouper) endCycle() { g.pids.endCycle() }
+func (g *containerGrouper) endCycle() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pids.endCycle()
+}
 
-// group sums memory and SM utilisation per container. A process's SM
-// utilisation is the mean of its samples since the previous cycle; a
-// container's is the sum over its processes, capped at 100. Processes whose
-// cgroup cannot be read (exited meanwhile, or in another pid namespace)
-// are left out and counted in unresolved.
+// group sums memory and SM utilisation per container. procs are the
+// processes the driver lists as running on the GPU (compute, graphics,
+// MPS clients); only they count: a utilisation sample of a pid not in
+// procs is of a process that has ended (the driver keeps a history), and
+// its pid may now belong to anything. A pid listed twice (a process with a
+// compute and a graphics context) counts once, with the larger memory.
+// A process's SM utilisation is the mean of its samples since the
+// previous cycle; a container's is the sum over its processes, capped at
+// 100. A container with a process whose memory the driver withholds
+// (NVML_VALUE_NOT_AVAILABLE, e.g. another user's process without
+// privileges) has no memory value rather than a partial one. Processes
+// whose cgroup cannot be read (exited meanwhile, or in another pid
+// namespace) are left out and counted in unresolved.
 func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []containerUsage, unresolved int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	clear(g.perPID)
 	for _, p := range procs {
 		u := g.perPID[p.Pid]
-		// NVML reports NVML_VALUE_NOT_AVAILABLE (all ones) when it may not
-		// tell, for example for another user's process without privileges.
-		if p.UsedGpuMemory != ^uint64(0) {
-			u.memoryBytes += float64(p.UsedGpuMemory)
+		if p.UsedGpuMemory == ^uint64(0) {
+			u.memoryUnknown = true
+		} else {
+			u.memoryBytes = max(u.memoryBytes, float64(p.UsedGpuMemory))
 		}
 		g.perPID[p.Pid] = u
 	}
 	for _, s := range utils {
-		u := g.perPID[s.Pid]
+		u, ok := g.perPID[s.Pid]
+		if !ok {
+			continue
+		}
 		u.smSum += float64(s.SmUtil)
 		u.smSamples++
 		g.perPID[s.Pid] = u
@@ -83,6 +105,7 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		}
 		c := &out[i]
 		c.memoryBytes += u.memoryBytes
+		c.memoryUnknown = c.memoryUnknown || u.memoryUnknown
 		if u.smSamples > 0 {
 			c.smPercent += u.smSum / float64(u.smSamples)
 		}

@@ -54,7 +54,10 @@ type gpuSample struct {
 	// says the GPU does not support. A field in neither failed or was blank.
 	set         fieldSet
 	unsupported fieldSet
-	values      [numFields]float64
+	// denied are unsupported fields the driver refused gpuscope's user
+	// (NO_PERMISSION); logged once by the collector.
+	denied fieldSet
+	values [numFields]float64
 
 	// xidCounts counts XID events by code since gpuscope started
 	// (values[fXID] holds the last code).
@@ -83,8 +86,11 @@ type xidCount struct {
 type containerUsage struct {
 	id, name, image string
 	memoryBytes     float64
-	smPercent       float64
-	processes       int
+	// memoryUnknown: the driver withheld the memory of one of the
+	// container's processes; its memory series is omitted, not partial.
+	memoryUnknown bool
+	smPercent     float64
+	processes     int
 }
 
 // sample is one complete cycle: what a scrape is served until the next.
