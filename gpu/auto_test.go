@@ -5,9 +5,11 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +32,8 @@ func TestAutoWithoutDriver(t *testing.T) {
 	}
 	var logs syncBuffer
 	cfg := DefaultConfig() // backend auto
-	c, err := New(Options{Config: cfg, Interval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	c, err := New(Options{Config: cfg, Interval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		NVIDIADevices: []string{filepath.Join(t.TempDir(), "nvidia[0-9]*")}})
 	require.NoError(t, err)
 	reg := newRegistry(t, c)
 
@@ -75,4 +78,38 @@ func TestRunTwice(t *testing.T) {
 	require.ErrorContains(t, c.Run(ctx), "already running")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// TestAutoDeviceWithoutLibrary: backend auto where NVIDIA devices exist but
+// libnvidia-ml cannot be loaded (a GPU node's container without the NVIDIA
+// runtime) is a collector that is down, not a machine without GPUs, so
+// GPUCollectorDown fires.
+func TestAutoDeviceWithoutLibrary(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		device      string // created under the fake /dev, "" for none
+		wantBackend string
+		wantLog     string
+	}{
+		{"device node", "nvidia0", "nvml", "NVIDIA GPU present"},
+		{"driver's proc entry", "gpus/0000:18:00.0", "nvml", "NVIDIA GPU present"},
+		{"no device", "", "none", "No NVIDIA driver found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := t.TempDir()
+			if tc.device != "" {
+				require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dev, tc.device)), 0o755))
+				require.NoError(t, os.WriteFile(filepath.Join(dev, tc.device), nil, 0o644))
+			}
+			srv := newMockMachine(t, 1).srv
+			srv.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
+			var logs syncBuffer
+			c, reg := testCollector(t, Options{Config: DefaultConfig(), NVML: srv, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				NVIDIADevices: []string{filepath.Join(dev, "nvidia[0-9]*"), filepath.Join(dev, "gpus", "*")}})
+			c.collectOnce(bg)
+			require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+			require.Equal(t, tc.wantBackend, gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"])
+			require.Contains(t, logs.String(), tc.wantLog)
+		})
+	}
 }

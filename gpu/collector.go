@@ -35,6 +35,13 @@ type Options struct {
 	// NVML replaces the real library, for tests (go-nvml's mock). nil
 	// means nvml.New(), loaded on first use.
 	NVML nvml.Interface
+	// NVIDIADevices are glob patterns of files that exist only where
+	// NVIDIA GPUs and their kernel driver are (default /dev/nvidia[0-9]*
+	// and /proc/driver/nvidia/gpus/*). Backend auto without a loadable
+	// libnvidia-ml reports "no GPUs" only when none matches; otherwise the
+	// collector is down (a GPU node without the driver's libraries, e.g. a
+	// container without the NVIDIA runtime).
+	NVIDIADevices []string
 	// Now replaces time.Now for sample timestamps and the sim clock.
 	Now func() time.Time
 }
@@ -115,6 +122,9 @@ func New(o Options) (*Collector, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.NVIDIADevices == nil {
+		o.NVIDIADevices = []string{"/dev/nvidia[0-9]*", "/proc/driver/nvidia/gpus/*"}
 	}
 	timeout := time.Duration(o.Config.Timeout)
 	if timeout <= 0 {

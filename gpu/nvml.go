@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ type nvmlBackend struct {
 	lib      nvml.Interface
 	logger   *slog.Logger
 	interval time.Duration
+	devices  []string // globs of files that show NVIDIA GPUs are there
 	hostname string
 	withHost bool
 	fields   fieldSet
@@ -70,6 +72,7 @@ func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bo
 		lib:       lib,
 		logger:    o.Logger,
 		interval:  o.Interval,
+		devices:   o.NVIDIADevices,
 		hostname:  o.Hostname,
 		withHost:  withHost,
 		fields:    fields,
@@ -83,6 +86,9 @@ func (b *nvmlBackend) name() string { return BackendNVML }
 func (b *nvmlBackend) open(ctx context.Context) (err error) {
 	if ret := b.lib.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			if dev := b.nvidiaDevice(); dev != "" {
+				return fmt.Errorf("NVIDIA GPU present (%s) but libnvidia-ml.so.1 cannot be loaded: install the driver's libraries, or give the container the NVIDIA runtime", dev)
+			}
 			return errNoDriver
 		}
 		return fmt.Errorf("initialise NVML: %w", ret)
@@ -197,6 +203,16 @@ func hasSymbol(lib nvml.Interface, name string) (ok bool) {
 		return true
 	}
 	return ext.LookupSymbol(name) == nil
+}
+
+// nvidiaDevice returns a file that shows NVIDIA GPUs are there, or "".
+func (b *nvmlBackend) nvidiaDevice() string {
+	for _, pattern := range b.devices {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[0]
+		}
+	}
+	return ""
 }
 
 func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
