@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"math"
 	"path"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,8 +95,10 @@ type BuiltinConfig struct {
 	// subquery steps, `for`, `keep_firing_for`, group intervals and
 	// predict_linear's horizon) by this factor, by rewriting the parsed
 	// rules; range windows are kept at ten scrape intervals or more, so
-	// that rate() over jittery scrapes stays steady. It is for demos and tests that run
-	// simulated GPUs faster than real time (gpu.sim.time_scale); 1 in
+	// that rate() over jittery scrapes stays steady. The durations the
+	// alerts' annotations state ("for 5 minutes", "in the last hour") are
+	// divided alike, so the text stays true. It is for demos and tests that
+	// run simulated GPUs faster than real time (gpu.sim.time_scale); 1 in
 	// production.
 	TimeScale float64 `yaml:"time_scale"`
 }
@@ -227,8 +231,105 @@ func scaleGroup(g *rulefmt.RuleGroup, s float64, minRange time.Duration, p parse
 		r.Expr = expr.String()
 		r.For = model.Duration(scaleDuration(time.Duration(r.For), s, 0))
 		r.KeepFiringFor = model.Duration(scaleDuration(time.Duration(r.KeepFiringFor), s, 0))
+		for k, v := range r.Annotations {
+			r.Annotations[k] = scaleText(v, s)
+		}
 	}
 	return nil
+}
+
+// durationPhrase matches a duration as the pack's annotations state it:
+// a number or an article and a unit ("5 minutes", "an hour"), a number
+// and a unit as an adjective ("7-day"), or "last" and a unit ("the last
+// hour"). A test keeps every duration in the pack's annotations in one of
+// these forms, so that scaleText rewrites them all.
+var durationPhrase = regexp.MustCompile(`\b(?:(\d+|an?)(-|\s+)|(last)\s+)(second|minute|hour|day|week)s?\b`)
+
+// templateAction matches a template action of an annotation, which
+// scaleText leaves alone.
+var templateAction = regexp.MustCompile(`(?s)\{\{.*?\}\}`)
+
+var durationUnits = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour,
+	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+}
+
+// scaleText divides the durations an annotation states by s, as
+// scaleGroup divides the rule's, so that "for 5 minutes" says what `for`
+// is after scaling. Template actions are left alone.
+func scaleText(text string, s float64) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range templateAction.FindAllStringIndex(text, -1) {
+		b.WriteString(scaleProse(text[last:m[0]], s))
+		b.WriteString(text[m[0]:m[1]])
+		last = m[1]
+	}
+	b.WriteString(scaleProse(text[last:], s))
+	return b.String()
+}
+
+func scaleProse(text string, s float64) string {
+	return durationPhrase.ReplaceAllStringFunc(text, func(m string) string {
+		p, ok := parseDurationPhrase(m)
+		if !ok {
+			return m
+		}
+		n, unit := durationWords(scaleDuration(p.d, s, 0))
+		switch {
+		case p.adjective:
+			return n + "-" + unit
+		case p.last && n == "1":
+			return "last " + unit
+		case p.last:
+			return "last " + n + " " + unit + "s"
+		case p.article && n == "1":
+			if unit == "hour" {
+				return "an " + unit
+			}
+			return "a " + unit
+		case n == "1":
+			return n + " " + unit
+		}
+		return n + " " + unit + "s"
+	})
+}
+
+// durationPhraseParts is a durationPhrase match, parsed.
+type durationPhraseParts struct {
+	d                        time.Duration
+	adjective, last, article bool
+}
+
+func parseDurationPhrase(m string) (durationPhraseParts, bool) {
+	sm := durationPhrase.FindStringSubmatch(m)
+	if sm == nil {
+		return durationPhraseParts{}, false
+	}
+	p := durationPhraseParts{adjective: sm[2] == "-", last: sm[3] != ""}
+	n := 1
+	switch sm[1] {
+	case "", "a", "an":
+		p.article = sm[1] != ""
+	default:
+		var err error
+		if n, err = strconv.Atoi(sm[1]); err != nil {
+			return durationPhraseParts{}, false
+		}
+	}
+	p.d = time.Duration(n) * durationUnits[sm[4]]
+	return p, true
+}
+
+// durationWords writes d as a count of the largest unit it is a whole
+// number of (days down to seconds), or in seconds with decimals.
+func durationWords(d time.Duration) (count, unit string) {
+	for _, u := range []string{"day", "hour", "minute", "second"} {
+		if d%durationUnits[u] == 0 {
+			return strconv.FormatInt(int64(d/durationUnits[u]), 10), u
+		}
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64), "second"
 }
 
 // ScaleExpr divides the durations of a parsed PromQL expression by s in

@@ -1,11 +1,14 @@
 package query
 
 import (
+	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +169,10 @@ func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
 		require.Contains(t, leak.Expr, "min_over_time(DCGM_FI_DEV_FB_USED[10s] offset 30s)")
 		require.Contains(t, leak.Expr, "stddev_over_time(DCGM_FI_DEV_GPU_UTIL[1m])")
 		require.Contains(t, find(rgs, "gpu:dcgm_fi_dev_gpu_util:avg5m").Expr, "[5s]")
+		// The text says the scaled durations.
+		require.Contains(t, leak.Annotations["description"], "in each of the last three 30-second periods")
+		require.Contains(t, leak.Annotations["description"], "over the last 4 minutes")
+		require.Contains(t, find(rgs, "GPUMemoryExhaustionPredicted").Annotations["summary"], "within 4 minutes")
 
 		rgs = load("baseline.yml")
 		_, err = applyPack(rgs, packOptions{timeScale: 60, minRange: 4 * time.Second}, p)
@@ -212,4 +219,88 @@ func TestRulesConfigValidate(t *testing.T) {
 	c.Builtin.DisabledGroups = []string{"gpuscope.baseline.weekly"}
 	c.Builtin.DisabledRules = []string{"GPUMemoryAlmostFull", "gpu:bottleneck:class"}
 	require.NoError(t, c.Validate())
+}
+
+func TestScaleText(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		s        float64
+	}{
+		{"has been busy for 5 minutes.", "has been busy for 5 seconds.", 60},
+		{"for 5\n minutes", "for 5 seconds", 60},
+		{"in the last hour; over the last 7 days", "in the last minute; over the last 168 minutes", 60},
+		{"in the last 15 minutes", "in the last 30 seconds", 30},
+		{"for an hour, within a week", "for a minute, within 168 minutes", 60},
+		{"its own 7-day baseline, the 10-minute floor", "its own 168-minute baseline, the 10-second floor", 60},
+		{"within 4 hours", "within 2057.143 seconds", 7},
+		{"for 1 hour", "for 1 minute", 60},
+		{"for 1 hour", "for 2 minutes", 30},
+		{"the last hour", "the last 2 minutes", 30},
+		{"for 30 minutes", "for 0.002 seconds", 1e6},
+		// Template actions and words that are no durations stay.
+		{`{{ with printf "x[5m]" | query }}5 minutes{{ end }} and 5 minutes`, `{{ with printf "x[5m]" | query }}5 seconds{{ end }} and 5 seconds`, 60},
+		{`{{ printf "%d minutes" 5 }}, 5 GPUs, a dayroom, instance_id:container_cpu_usage_seconds:rate5m`,
+			`{{ printf "%d minutes" 5 }}, 5 GPUs, a dayroom, instance_id:container_cpu_usage_seconds:rate5m`, 60},
+	} {
+		require.Equal(t, tc.want, scaleText(tc.in, tc.s), "%q / %g", tc.in, tc.s)
+	}
+}
+
+// forPhrase is how an annotation says how long the alert's condition has
+// held: "for 5 minutes".
+var forPhrase = regexp.MustCompile(`\bfor (\d+(?:\.\d+)?|an?)\s+(second|minute|hour|day|week)s?\b`)
+
+// checkForPhrases: every "for <duration>" an alert's summary or
+// description states is its `for`, and alerts without one state none.
+func checkForPhrases(t *testing.T, groups []rulefmt.RuleGroup, what string) {
+	t.Helper()
+	for _, g := range groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			text := templateAction.ReplaceAllString(r.Annotations["summary"]+"\n"+r.Annotations["description"], "")
+			for _, m := range forPhrase.FindAllStringSubmatch(text, -1) {
+				n := 1.0
+				if m[1] != "a" && m[1] != "an" {
+					var err error
+					n, err = strconv.ParseFloat(m[1], 64)
+					require.NoError(t, err)
+				}
+				d := time.Duration(math.Round(n * float64(durationUnits[m[2]])))
+				require.Equal(t, time.Duration(r.For), d, "%s: alert %s says %q but its `for` is %s", what, r.Alert, m[0], time.Duration(r.For))
+			}
+		}
+	}
+}
+
+// TestPackTextDurations: the durations the alerts' text states are the
+// rules' (a "for 5 minutes" is the `for`), also after time_scale, and each
+// is in a form scaleText rewrites.
+func TestPackTextDurations(t *testing.T) {
+	groups := parsePack(t)
+	checkForPhrases(t, groups, "pack")
+
+	durationWord := regexp.MustCompile(`(?i)\b(?:seconds?|minutes?|hours?|days?|weeks?|hourly|daily|weekly|half-hours?|fortnights?)\b`)
+	for _, g := range groups {
+		for _, r := range g.Rules {
+			for k, v := range r.Annotations {
+				rest := durationPhrase.ReplaceAllString(templateAction.ReplaceAllString(v, ""), "")
+				require.NotRegexp(t, durationWord, rest, "alert %s, %s: a duration time_scale cannot rewrite; write it as \"5 minutes\", \"an hour\", \"7-day\" or \"the last hour\"", r.Alert, k)
+			}
+		}
+	}
+
+	p := parser.NewParser(parser.Options{})
+	for _, s := range []float64{60, 7, 1e6} {
+		var scaled []rulefmt.RuleGroup
+		for _, f := range Pack() {
+			rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
+			require.Empty(t, errs)
+			_, err := applyPack(rgs, packOptions{timeScale: s, minRange: time.Second}, p)
+			require.NoError(t, err)
+			scaled = append(scaled, rgs.Groups...)
+		}
+		checkForPhrases(t, scaled, fmt.Sprintf("time_scale %g", s))
+	}
 }
