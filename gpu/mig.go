@@ -151,7 +151,9 @@ func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometh
 			for _, c := range is.containers {
 				lv := [...]string{info.ownLabels[0], info.ownLabels[1], c.id, c.name, c.image, info.profile, info.ownLabels[3]}
 				if is.set.has(fContainerMemory) {
-					out = append(out, prometheus.MustNewConstMetric(m.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
+					if !c.memoryUnknown {
+						out = append(out, prometheus.MustNewConstMetric(m.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
+					}
 					out = append(out, prometheus.MustNewConstMetric(m.containerProcs, prometheus.GaugeValue, float64(c.processes), lv[:]...))
 				}
 				if is.set.has(fContainerSM) {

@@ -311,8 +311,8 @@ func (m *migState) profileOfInstance(dev nvml.Device, id int) (string, nvml.Retu
 	return "", nvml.ERROR_NOT_FOUND
 }
 
-// readInstanceProcesses groups the compute processes of an instance's MIG
-// devices by container. NVML has no per-process utilisation in MIG mode,
+// readInstanceProcesses groups the compute processes (and MPS clients) of
+// an instance's MIG devices by container. NVML has no per-process utilisation in MIG mode,
 // so the instance's container series have memory and process counts only.
 func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInstance) {
 	if !b.fields.has(fContainerMemory) {
@@ -325,9 +325,19 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 		if !r.ok(ret, fContainerMemory) {
 			return
 		}
+		if b.syms.mps {
+			// Under MPS in an instance, the clients are listed apart.
+			switch more, ret := md.GetMPSComputeRunningProcesses(); ret {
+			case nvml.SUCCESS:
+				procs = append(procs, more...)
+			case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_NO_PERMISSION:
+			default:
+				r.ok(ret, fContainerMemory)
+			}
+		}
 		for _, p := range procs {
 			if _, dup := m.pids[p.Pid]; dup {
-				continue // listed by more than one compute instance
+				continue // listed twice (by two compute instances, or as MPS client)
 			}
 			m.pids[p.Pid] = struct{}{}
 			m.procs = append(m.procs, p)

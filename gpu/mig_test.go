@@ -29,6 +29,7 @@ type migMachine struct {
 	// taken for, so that GpmMetricsGet can answer per instance.
 	gpmSamples map[nvml.GpmSample]int
 	procs      map[int][]nvml.ProcessInfo // by MIG device index
+	mps        map[int][]nvml.ProcessInfo // MPS clients, by MIG device index
 }
 
 type migInstanceSpec struct {
@@ -48,7 +49,7 @@ var testMIGLayout = []migInstanceSpec{
 
 func newMIGMachine(t testing.TB, n int) *migMachine {
 	t.Helper()
-	mm := &migMachine{mockMachine: newMockMachine(t, n), gpmSamples: map[nvml.GpmSample]int{}, procs: map[int][]nvml.ProcessInfo{}}
+	mm := &migMachine{mockMachine: newMockMachine(t, n), gpmSamples: map[nvml.GpmSample]int{}, procs: map[int][]nvml.ProcessInfo{}, mps: map[int][]nvml.ProcessInfo{}}
 	d := mm.devs[0]
 	mm.parent = d
 	ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
@@ -138,6 +139,14 @@ func (mm *migMachine) addInstance(t testing.TB, spec migInstanceSpec) {
 				defer mm.mu.Unlock()
 				return append([]nvml.ProcessInfo(nil), mm.procs[idx]...), nvml.SUCCESS
 			},
+			GetMPSComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
+				mm.mu.Lock()
+				defer mm.mu.Unlock()
+				if mps, ok := mm.mps[idx]; ok {
+					return append([]nvml.ProcessInfo(nil), mps...), nvml.SUCCESS
+				}
+				return nil, nvml.ERROR_NOT_SUPPORTED
+			},
 		})
 	}
 }
@@ -207,6 +216,15 @@ func TestMIGInstances(t *testing.T) {
 	// A process both compute instances of GPU instance 1 list counts once.
 	mm.setProcs(1, nvml.ProcessInfo{Pid: 101, UsedGpuMemory: 9000 << 20}, nvml.ProcessInfo{Pid: 100, UsedGpuMemory: 20000 << 20})
 	mm.setProcs(2, nvml.ProcessInfo{Pid: 200, UsedGpuMemory: 11000 << 20})
+	// GPU instance 6 runs an MPS server whose client's memory the driver
+	// withholds (NVML_VALUE_NOT_AVAILABLE): its container has a process
+	// count and no memory series.
+	mm.setProcs(3, nvml.ProcessInfo{Pid: 300, UsedGpuMemory: 30 << 20})
+	mm.mu.Lock()
+	mm.mps[3] = []nvml.ProcessInfo{{Pid: 301, UsedGpuMemory: ^uint64(0)}}
+	mm.mu.Unlock()
+	writeProc(t, mm.procRoot(t), 300, "0::/mps-server\n")
+	writeProc(t, mm.procRoot(t), 301, "0::/mps-client\n")
 	_, reg, _ := migCollector(t, mm, nil)
 
 	for _, tc := range []struct {
@@ -239,6 +257,8 @@ func TestMIGInstances(t *testing.T) {
 		{"train container 2", "gpuscope_gpu_container_memory_used_bytes", map[string]string{"GPU_I_ID": "1", "id": "/train-b"}, 9000 << 20},
 		{"serve container", "gpuscope_gpu_container_memory_used_bytes", map[string]string{"GPU_I_ID": "5", "GPU_I_PROFILE": "2g.20gb", "id": "/serve"}, 11000 << 20},
 		{"serve processes", "gpuscope_gpu_container_processes", map[string]string{"GPU_I_ID": "5", "id": "/serve"}, 1},
+		{"MPS server", "gpuscope_gpu_container_memory_used_bytes", map[string]string{"GPU_I_ID": "6", "id": "/mps-server"}, 30 << 20},
+		{"MPS client", "gpuscope_gpu_container_processes", map[string]string{"GPU_I_ID": "6", "GPU_I_PROFILE": "2g.20gb", "id": "/mps-client"}, 1},
 		// What the driver does not give in MIG mode is said so.
 		{"no GPU_UTIL", "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "DCGM_FI_DEV_GPU_UTIL"}, 0},
 		{"no per-process SM", "gpuscope_gpu_field_supported", map[string]string{"GPU_I_ID": "5", "field": "gpuscope_gpu_container_sm_utilization_percent"}, 0},
@@ -257,7 +277,9 @@ func TestMIGInstances(t *testing.T) {
 	require.Len(t, gather(t, reg, "DCGM_FI_DEV_FB_USED"), 4, "three instances and GPU 1")
 	require.Len(t, gather(t, reg, "DCGM_FI_DEV_POWER_USAGE"), 2, "one per physical GPU")
 	require.Len(t, gather(t, reg, "gpuscope_gpu_container_sm_utilization_percent"), 0)
-	_, ok := lookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "GPU_I_ID": "", "field": "DCGM_FI_DEV_FB_USED"})
+	_, ok := lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"id": "/mps-client"})
+	require.False(t, ok, "memory the driver withholds is absent, not 0")
+	_, ok = lookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "GPU_I_ID": "", "field": "DCGM_FI_DEV_FB_USED"})
 	require.False(t, ok, "the GPU's FB fields moved to its instances")
 	require.Empty(t, mm.parent.GetMemoryInfo_v2Calls(), "the GPU's memory is read per instance")
 	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
