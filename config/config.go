@@ -10,9 +10,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +62,9 @@ type Config struct {
 
 	// File is the path the config came from; empty for the embedded default.
 	File string
+	// Warnings are valid settings that are most likely mistakes (a rule
+	// file pattern that matches no file), each naming file, line and key.
+	Warnings []string
 }
 
 // Web holds settings of the HTTP server that may also be given as flags;
@@ -68,6 +76,35 @@ type Web struct {
 	ExternalURL string `yaml:"external_url"`
 	// CORSOrigin is a regular expression of origins allowed to call the API.
 	CORSOrigin string `yaml:"cors_origin"`
+}
+
+// Validate checks the web section as serve uses it: an address net.Listen
+// takes, an absolute external URL, a CORS regular expression that
+// compiles. Empty values mean the flags' defaults.
+func (w Web) Validate() error {
+	if a := w.ListenAddress; a != "" {
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return fmt.Errorf("web.listen_address: %q is not host:port (e.g. 0.0.0.0:9089 or :9089)", a)
+		}
+		if n, err := strconv.Atoi(port); err == nil {
+			if n < 0 || n > 65535 {
+				return fmt.Errorf("web.listen_address: port %d of %q is not between 0 and 65535", n, a)
+			}
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			return fmt.Errorf("web.listen_address: %q has no valid port (e.g. 0.0.0.0:9089 or :9089)", a)
+		}
+	}
+	if raw := w.ExternalURL; raw != "" {
+		if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("web.external_url: %q is not an absolute URL (e.g. http://gpu-01:9089/)", raw)
+		}
+	}
+	// serve anchors the expression the same way.
+	if _, err := regexp.Compile("^(?:" + w.CORSOrigin + ")$"); err != nil {
+		return fmt.Errorf("web.cors_origin: %q is not a regular expression: %w", w.CORSOrigin, err)
+	}
+	return nil
 }
 
 // own is the part of the file that belongs to gpuscope.
@@ -91,16 +128,17 @@ func defaultOwn() own {
 
 // LoadFile reads and validates a config file. Relative paths inside it
 // (rule_files, file_sd_configs, TLS files) are resolved against its folder,
-// as Prometheus does.
+// as Prometheus does. Errors name the file, the line and the key.
 func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config file: %w", err)
 	}
-	cfg, err := Load(data, path, logger)
+	cfg, s, err := load(data, path, logger)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
+	patterns := slices.Clone(cfg.Prometheus.RuleFiles)
 	cfg.Prometheus.SetDirectory(filepath.Dir(path))
 	cfg.Nodes.SetDirectory(filepath.Dir(path))
 	// Rule files are parsed here, so that serve refuses to start, a reload
@@ -108,6 +146,15 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	// and line of the bad rule.
 	if err := query.CheckRuleFiles(cfg.Prometheus.RuleFiles, cfg.Prometheus.GlobalConfig.MetricNameValidationScheme); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// A pattern that matches nothing is valid, as in Prometheus, but most
+	// likely a mistake.
+	for i, pat := range cfg.Prometheus.RuleFiles {
+		if m, err := filepath.Glob(pat); err == nil && len(m) == 0 {
+			w := &Error{File: path, Line: s.lineOf(fmt.Sprintf("rule_files[%d]", i)), Key: "rule_files",
+				Err: fmt.Errorf("%q matches no file; no rules are loaded from it", patterns[i])}
+			cfg.Warnings = append(cfg.Warnings, w.Error())
+		}
 	}
 	return cfg, nil
 }
@@ -122,19 +169,26 @@ func Default(logger *slog.Logger) *Config {
 	return cfg
 }
 
-// Load parses a config from memory. Errors carry the line numbers of data.
+// Load parses a config from memory. Errors name file (if not empty), the
+// line and the YAML key; see Error.
 func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
+	cfg, _, err := load(data, file, logger)
+	return cfg, err
+}
+
+func load(data []byte, file string, logger *slog.Logger) (*Config, *schema, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	parts, err := split(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, (&schema{}).errorFor(file, err, true)
 	}
+	s := walkFile(parts.root)
 
 	promCfg, err := promconfig.Load(string(parts.prometheus), logger)
 	if err != nil {
-		return nil, err
+		return nil, nil, s.errorFor(file, err, true)
 	}
 	if parts.defaultsNeeded() {
 		// Prometheus would default the intervals to 1m and copy that into
@@ -142,10 +196,10 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 		// valid above, so errors below would be ours.
 		text, err := parts.prometheusWithDefaults()
 		if err != nil {
-			return nil, fmt.Errorf("apply default intervals: %w", err)
+			return nil, nil, s.errorFor(file, fmt.Errorf("apply default intervals: %w", err), false)
 		}
 		if promCfg, err = promconfig.Load(text, logger); err != nil {
-			return nil, fmt.Errorf("with gpuscope's default %s intervals: %w", model.Duration(DefaultScrapeInterval), err)
+			return nil, nil, s.errorFor(file, fmt.Errorf("global: with gpuscope's default %s intervals: %w", model.Duration(DefaultScrapeInterval), err), false)
 		}
 	}
 
@@ -161,19 +215,18 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(parts.own))
 	dec.KnownFields(true)
 	if err := dec.Decode(&o); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, nil, s.errorFor(file, err, true)
 	}
-	if err := o.Cadvisor.Validate(); err != nil {
-		return nil, err
-	}
-	if err := o.GPU.Validate(); err != nil {
-		return nil, err
-	}
-	if err := o.Nodes.Validate(); err != nil {
-		return nil, err
-	}
-	if err := o.Rules.Validate(); err != nil {
-		return nil, err
+	for _, validate := range []func() error{
+		o.Cadvisor.Validate,
+		o.GPU.Validate,
+		o.Web.Validate,
+		o.Nodes.Validate,
+		o.Rules.Validate,
+	} {
+		if err := validate(); err != nil {
+			return nil, nil, s.errorFor(file, err, false)
+		}
 	}
 
 	return &Config{
@@ -184,7 +237,7 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 		Nodes:      o.Nodes,
 		Rules:      o.Rules,
 		File:       file,
-	}, nil
+	}, s, nil
 }
 
 // GPUInterval is how often the GPU collector samples: its own setting, or

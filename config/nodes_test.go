@@ -88,37 +88,37 @@ func TestLoadNodesErrors(t *testing.T) {
 		{
 			name:  "no port",
 			input: "global:\n  scrape_interval: 5s\nnodes:\n  static:\n    - gpu-01:9089\n    - gpu-02\n",
-			want:  []string{"line 6", `"gpu-02" has no port`, "gpu-02:9089"},
+			want:  []string{"test.yml:6:", `"gpu-02" has no port`, "gpu-02:9089"},
 		},
 		{
 			name:  "no port, long form",
 			input: "nodes:\n  static:\n    - address: gpu-02\n      name: b\n",
-			want:  []string{"line 3", "has no port"},
+			want:  []string{"test.yml:3:", "has no port"},
 		},
 		{
 			name:  "port not a number",
 			input: "nodes:\n  static: [gpu-01:http]\n",
-			want:  []string{"line 2", "not a number"},
+			want:  []string{"test.yml:2:", "not a number"},
 		},
 		{
 			name:  "unknown key in a node",
 			input: "nodes:\n  static:\n    - address: a:1\n      lables: {x: y}\n",
-			want:  []string{"line 4", "lables"},
+			want:  []string{"test.yml:4:", "lables"},
 		},
 		{
 			name:  "unknown key in the section",
 			input: "nodes:\n  statics: [a:1]\n",
-			want:  []string{"line 2", "statics"},
+			want:  []string{"test.yml:2:", "statics"},
 		},
 		{
 			name:  "two nodes with one name",
 			input: "nodes:\n  static:\n    - a:1\n    - {address: b:1, name: a}\n",
-			want:  []string{"line 4", `name "a" is already used on line 3`},
+			want:  []string{"test.yml:4:", `name "a" is already used on line 3`},
 		},
 		{
 			name:  "instance in labels",
 			input: "nodes:\n  static:\n    - {address: a:1, labels: {instance: x}}\n",
-			want:  []string{"line 3", `"instance" is set by gpuscope`},
+			want:  []string{"test.yml:3:", `"instance" is set by gpuscope`},
 		},
 		{
 			name:  "file_sd file name",
