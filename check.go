@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
@@ -17,16 +19,7 @@ func checkConfigCommand(app *kingpin.Application) command {
 	c := check.Command("config", "Validate gpuscope config files; exit 0 if all are valid, 1 otherwise.")
 	files := c.Arg("file", "Config file(s) to check.").Required().ExistingFiles()
 	return command{clause: c, run: func(logger *slog.Logger) error {
-		failed := 0
-		for _, f := range *files {
-			if err := checkConfig(f, logger); err != nil {
-				fmt.Fprintf(os.Stderr, "FAILED: %s\n", err)
-				failed++
-				continue
-			}
-			fmt.Printf("SUCCESS: %s is valid gpuscope config\n", f)
-		}
-		if failed > 0 {
+		if failed := checkConfigFiles(*files, os.Stdout, os.Stderr, logger); failed > 0 {
 			// The reasons are printed above; exit non-zero without a log line.
 			os.Exit(1)
 		}
@@ -34,16 +27,36 @@ func checkConfigCommand(app *kingpin.Application) command {
 	}}
 }
 
+// checkConfigFiles checks each file as serve loads it: SUCCESS on stdout,
+// FAILED with every error (file:line: key: what) or WARNING on stderr. It
+// returns how many files failed.
+func checkConfigFiles(files []string, stdout, stderr io.Writer, logger *slog.Logger) (failed int) {
+	for _, f := range files {
+		cfg, err := checkConfig(f, logger)
+		if err != nil {
+			// One error per line, below the first.
+			fmt.Fprintf(stderr, "FAILED: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n        "))
+			failed++
+			continue
+		}
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(stderr, "WARNING: %s\n", w)
+		}
+		fmt.Fprintf(stdout, "SUCCESS: %s is valid gpuscope config\n", f)
+	}
+	return failed
+}
+
 // checkConfig runs the same validation serve runs at start and on reload.
-func checkConfig(file string, logger *slog.Logger) error {
+func checkConfig(file string, logger *slog.Logger) (*config.Config, error) {
 	cfg, err := config.LoadFile(file, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := scrape.AddBuiltinJobs(cfg.Prometheus, builtinJobs(cfg, "localhost:0", "check")); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	return nil
+	return cfg, nil
 }
 
 // builtinJobs says which built-in collectors a config turns on.
