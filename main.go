@@ -7,12 +7,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
 	"k8s.io/klog/v2"
+
+	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 )
 
 // fallbackVersion is reported when the build did not stamp a version
@@ -33,12 +38,15 @@ type command struct {
 }
 
 func main() {
-	if version.Version == "" {
-		version.Version = fallbackVersion
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		stampVersion(bi)
 	}
 	app := kingpin.New("gpuscope", "GPU and container monitoring appliance: Prometheus TSDB, scrape loop, cAdvisor, NVML/DCGM metrics, alert rules and Grafana dashboards in one binary.")
 	app.Version(version.Print("gpuscope"))
 	app.HelpFlag.Short('h')
+	// --help is asked for, not an error: it goes to stdout so that
+	// `gpuscope --help | less` works.
+	app.UsageWriter(os.Stdout)
 	var logConfig promslog.Config
 	promslogflag.AddFlags(app, &logConfig)
 
@@ -59,9 +67,12 @@ func main() {
 		os.Exit(2)
 	}
 	logger := promslog.New(&logConfig)
+	if selected == "serve" && !slices.Contains(os.Args[1:], "serve") {
+		logger.Info("No command given: running `gpuscope serve` (`gpuscope --help` lists the commands)")
+	}
 	// cAdvisor logs through klog; send it to the same handler so every line
 	// has one format.
-	klog.SetSlogLogger(logger.With("component", "cadvisor"))
+	klog.SetSlogLogger(slog.New(cadvisor.KlogHandler(logger.With("component", "cadvisor").Handler())))
 
 	for _, c := range commands {
 		if c.clause.FullCommand() == selected {
@@ -82,4 +93,23 @@ func versionCommand(app *kingpin.Application) command {
 		fmt.Println(version.Print("gpuscope"))
 		return nil
 	}}
+}
+
+// stampVersion fills in what the build did not stamp with -ldflags (go
+// build, go run, go install): the module version of `go install
+// ...@vX.Y.Z`, and the commit time git recorded when the build had VCS
+// information (go build in a clone without -buildvcs=false); the revision
+// itself prometheus/common/version reads from the same place.
+func stampVersion(bi *debug.BuildInfo) {
+	if version.Version == "" {
+		version.Version = fallbackVersion
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			version.Version = strings.TrimPrefix(v, "v")
+		}
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.time" && version.BuildDate == "" {
+			version.BuildDate = s.Value
+		}
+	}
 }

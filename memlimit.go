@@ -9,7 +9,6 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/alecthomas/units"
 )
 
 // memLimitFlags are Prometheus's --auto-gomemlimit flags: the Go runtime's
@@ -65,7 +64,23 @@ func setMemLimit(f *memLimitFlags, logger *slog.Logger, fromCgroup, fromSystem m
 		goLimit = math.MaxInt64
 	}
 	debug.SetMemoryLimit(int64(goLimit))
-	logger.Info("Set GOMEMLIMIT", "source", source, "limit", units.Base2Bytes(limit).String(), "ratio", f.ratio,
-		"GOMEMLIMIT", units.Base2Bytes(goLimit).String(), "bytes", goLimit)
+	// "from", not "source": promslog's handler owns the source key.
+	logger.Info("Set GOMEMLIMIT", "from", source, "limit", humanBytes(uint64(limit)), "ratio", f.ratio,
+		"GOMEMLIMIT", humanBytes(goLimit), "bytes", goLimit)
 	return nil
+}
+
+// humanBytes writes a memory size as a person reads it, e.g. 21.2GiB
+// rather than units' exact 21GiB190MiB569KiB614B.
+func humanBytes(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%dB", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit && exp < 4; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTP"[exp])
 }

@@ -112,7 +112,9 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	c.manager = m
 	close(c.started)
-	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","))
+	found, missing := registeredRuntimes()
+	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","),
+		"runtimes", joinOrNone(found), "runtimes_not_found", joinOrNone(missing))
 	<-ctx.Done()
 	if err := m.Stop(); err != nil {
 		return fmt.Errorf("stop cAdvisor manager: %w", err)
