@@ -21,6 +21,7 @@ type descs struct {
 	containerSM     *prometheus.Desc
 	containerProcs  *prometheus.Desc
 	fieldSupported  *prometheus.Desc
+	lastSample      *prometheus.Desc
 	mig             *migDescs // per GPU instance (mig.go)
 
 	up           *prometheus.Desc
@@ -30,6 +31,7 @@ type descs struct {
 	timeouts     *prometheus.Desc
 	lastDuration *prometheus.Desc
 	lastSuccess  *prometheus.Desc
+	interval     *prometheus.Desc
 }
 
 func newDescs(enabled fieldSet, hostnameLabel string) *descs {
@@ -70,12 +72,17 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
 		[]string{"gpu", "UUID", "field"}, nil)
 
+	d.lastSample = prometheus.NewDesc("gpuscope_gpu_last_sample_timestamp_seconds",
+		"When the GPU last answered a complete read. It stops advancing while the GPU is lost or its reads hang; its series are then served from the last sample for up to two intervals, then omitted (GPUMetricsStale).",
+		[]string{"gpu", "UUID"}, nil)
+	d.interval = prometheus.NewDesc("gpuscope_gpu_collector_interval_seconds",
+		"Time between two GPU sampling cycles.", nil, nil)
 	d.up = prometheus.NewDesc("gpuscope_gpu_collector_up",
 		"1 if the GPU backend produced the sample being served, 0 if it is not available (no driver, backend none) or the sampling cycle is overdue.", nil, nil)
 	d.backendInfo = prometheus.NewDesc("gpuscope_gpu_collector_backend_info",
 		"The GPU backend in use (nvml, sim or none).", []string{"backend"}, nil)
 	d.errors = prometheus.NewDesc("gpuscope_gpu_collector_errors_total",
-		"Failed GPU reads by GPU index (empty when not tied to one GPU) and field (a metric name, or device for a GPU that could not be read at all).",
+		"Failed GPU reads by GPU index (empty when not tied to one GPU) and field: a metric name; device for a GPU that could not be read at all (off the bus, or not identified); timeout for a GPU whose reads did not finish within the cycle; driver when NVML reports the driver unloaded or of another version than its library.",
 		[]string{"gpu", "field"}, nil)
 	d.cycles = prometheus.NewDesc("gpuscope_gpu_collector_cycles_total",
 		"Completed GPU sampling cycles.", nil, nil)
@@ -123,6 +130,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.cycles, prometheus.CounterValue, cycles)
 	ch <- prometheus.MustNewConstMetric(d.timeouts, prometheus.CounterValue, timeouts)
 	ch <- prometheus.MustNewConstMetric(d.lastDuration, prometheus.GaugeValue, lastDur)
+	ch <- prometheus.MustNewConstMetric(d.interval, prometheus.GaugeValue, c.interval.Seconds())
 	if !lastOK.IsZero() {
 		ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, float64(lastOK.UnixNano())/1e9)
 	}
@@ -154,6 +162,9 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 	for i := range s.gpus {
 		g := &s.gpus[i]
 		info := g.info
+		if m := d.lastSampleMetric(g); m != nil {
+			out = append(out, m)
+		}
 		for f := fieldID(0); f < numFields; f++ {
 			desc := d.field[f]
 			if desc == nil || !g.set.has(f) {
@@ -212,4 +223,13 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 		out = d.renderInstances(out, g)
 	}
 	return out
+}
+
+// lastSampleMetric is gpuscope_gpu_last_sample_timestamp_seconds of g, nil
+// for a GPU that never answered.
+func (d *descs) lastSampleMetric(g *gpuSample) prometheus.Metric {
+	if g.at.IsZero() {
+		return nil
+	}
+	return prometheus.MustNewConstMetric(d.lastSample, prometheus.GaugeValue, float64(g.at.UnixNano())/1e9, g.info.ownLabels[0], g.info.ownLabels[1])
 }

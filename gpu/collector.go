@@ -198,14 +198,22 @@ func (c *Collector) Run(ctx context.Context) error {
 			c.mu.Lock()
 			c.timeouts++
 			c.mu.Unlock()
-			c.setUp(false, fmt.Errorf("sampling cycle still running after %s; serving the previous sample", c.timeout))
+			c.setUp(false, fmt.Errorf("sampling cycle still running after %s", c.timeout))
+			// The sample being served is now over two intervals old (one
+			// interval between cycles, plus the timeout): serve only each
+			// GPU's XID series and when it last answered.
+			if snap := c.snap.Load(); snap != nil {
+				c.snap.Store(&snapshot{s: snap.s.stale()})
+			}
 		}
 	}
 }
 
 func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
 	if inflight {
-		grace := time.NewTimer(min(c.timeout, 5*time.Second))
+		// A cycle gives up on hung GPU reads when ctx ends, so it returns
+		// at once unless the hang is outside them (NVML init).
+		grace := time.NewTimer(min(c.timeout, time.Second))
 		defer grace.Stop()
 		select {
 		case <-results:

@@ -103,9 +103,9 @@ func TestNVMLGPULostAndBack(t *testing.T) {
 			m.events <- nvml.EventData{Device: m.devs[1], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
 			g := c.backend.(*nvmlBackend).gpus[1]
 			require.Eventually(t, func() bool {
-				g.xidMu.Lock()
-				defer g.xidMu.Unlock()
-				return g.lastXID == 79
+				g.xid.mu.Lock()
+				defer g.xid.mu.Unlock()
+				return g.xid.last == 79
 			}, 5*time.Second, time.Millisecond)
 		}
 		lost = n >= 1 && n <= 3

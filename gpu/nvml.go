@@ -1,13 +1,16 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -30,11 +33,21 @@ type nvmlBackend struct {
 	withHost bool
 	fields   fieldSet
 
-	initialised  bool
-	syms         nvmlSymbols
+	initialised bool
+	syms        nvmlSymbols
+	driver      string
+	// gpus are the identified GPUs by index; the event loop reads the
+	// slice, so it is replaced (never changed in place) under gpusMu.
+	gpusMu       sync.RWMutex
 	gpus         []*nvmlGPU
-	unidentified []fieldError // GPUs that failed at open
+	unidentified []fieldError // GPUs that failed identification this cycle
 	grouper      *containerGrouper
+	// readTimeout bounds one GPU's reads in a cycle; stale is how old a
+	// GPU's last complete sample may be before it is served as absent.
+	readTimeout time.Duration
+	stale       time.Duration
+	// xids keeps each GPU's XID record by UUID across re-initialisation.
+	xids map[string]*xidState
 
 	eventWait  time.Duration
 	events     nvml.EventSet
@@ -62,22 +75,45 @@ type nvmlGPU struct {
 	mig             *migState // MIG mode and GPU instances (mig_nvml.go)
 
 	xidRegistered bool
-	xidMu         sync.Mutex
-	lastXID       uint64
-	xidCounts     map[uint64]uint64
+	xidErr        nvml.Return // why registration failed, SUCCESS if it did not
+	xid           *xidState
+
+	// busy is set while a read of the GPU runs; a read still hung in the
+	// driver keeps the GPU out of later cycles until it returns.
+	busy atomic.Bool
+	// last is the GPU's last complete sample, served while a read hangs
+	// until it is older than the backend's stale; lastAt is its time.
+	last   *gpuSample
+	lastAt time.Time
+}
+
+// xidState is a GPU's XID record: the last XID and the count by code.
+type xidState struct {
+	mu     sync.Mutex
+	last   uint64
+	counts map[uint64]uint64
 }
 
 func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bool) *nvmlBackend {
+	timeout := time.Duration(o.Config.Timeout)
+	if timeout <= 0 {
+		timeout = o.Interval
+	}
 	return &nvmlBackend{
-		lib:       lib,
-		logger:    o.Logger,
-		interval:  o.Interval,
-		devices:   o.NVIDIADevices,
-		hostname:  o.Hostname,
-		withHost:  withHost,
-		fields:    fields,
-		eventWait: defaultEventWait,
-		grouper:   newContainerGrouper(o.ProcRoot, o.ContainerLookup),
+		// The reads of all GPUs run side by side; what is left of the
+		// cycle's deadline is for grouping processes and publishing.
+		readTimeout: timeout * 3 / 4,
+		stale:       2 * o.Interval,
+		xids:        map[string]*xidState{},
+		lib:         lib,
+		logger:      o.Logger,
+		interval:    o.Interval,
+		devices:     o.NVIDIADevices,
+		hostname:    o.Hostname,
+		withHost:    withHost,
+		fields:      fields,
+		eventWait:   defaultEventWait,
+		grouper:     newContainerGrouper(o.ProcRoot, o.ContainerLookup),
 	}
 }
 
@@ -104,23 +140,11 @@ func (b *nvmlBackend) open(ctx context.Context) (err error) {
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("read driver version: %w", ret)
 	}
-	n, ret := b.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("count GPUs: %w", ret)
+	b.driver = driver
+	b.setGPUs(nil)
+	if err := b.refresh(ctx); err != nil {
+		return err
 	}
-	b.gpus, b.unidentified = b.gpus[:0], nil
-	for i := range n {
-		g, err := b.openGPU(i, driver)
-		if err != nil {
-			// A GPU that cannot even be identified (fallen off the bus
-			// before gpuscope started) is left out and counted at every
-			// cycle; the others are still worth monitoring.
-			b.unidentified = append(b.unidentified, fieldError{gpu: strconv.Itoa(i), field: "device", err: err})
-			continue
-		}
-		b.gpus = append(b.gpus, g)
-	}
-	b.startEvents(ctx)
 	b.logger.Info("NVML opened", "driver", driver, "gpus", len(b.gpus))
 	return nil
 }
@@ -215,6 +239,51 @@ func (b *nvmlBackend) nvidiaDevice() string {
 	return ""
 }
 
+// setGPUs replaces the GPU list the event loop reads.
+func (b *nvmlBackend) setGPUs(gpus []*nvmlGPU) {
+	b.gpusMu.Lock()
+	b.gpus = gpus
+	b.gpusMu.Unlock()
+}
+
+// refresh counts the GPUs and identifies those not yet known: at open, a
+// GPU that could not be identified then (fallen off the bus before
+// gpuscope started, or a transient failure) and a GPU that appeared later.
+// A GPU that fails identification is counted as a device error in every
+// cycle and retried in the next; the others are monitored meanwhile. It
+// costs one NVML call a cycle when every GPU is known. It also retries
+// XID registration that failed.
+func (b *nvmlBackend) refresh(ctx context.Context) error {
+	n, ret := b.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("count GPUs: %w", ret)
+	}
+	b.unidentified = b.unidentified[:0]
+	known := make(map[int]bool, len(b.gpus))
+	for _, g := range b.gpus {
+		known[g.info.index] = true
+	}
+	var added []*nvmlGPU
+	for i := range n {
+		if known[i] {
+			continue
+		}
+		g, err := b.openGPU(i, b.driver)
+		if err != nil {
+			b.unidentified = append(b.unidentified, fieldError{gpu: strconv.Itoa(i), field: "device", err: err})
+			continue
+		}
+		added = append(added, g)
+	}
+	if len(added) > 0 {
+		gpus := append(append([]*nvmlGPU(nil), b.gpus...), added...)
+		slices.SortFunc(gpus, func(x, y *nvmlGPU) int { return cmp.Compare(x.info.index, y.info.index) })
+		b.setGPUs(gpus)
+	}
+	b.registerEvents(ctx)
+	return nil
+}
+
 func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
 	dev, ret := b.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
@@ -232,11 +301,16 @@ func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("read PCI info: %w", ret)
 	}
+	xid := b.xids[uuid]
+	if xid == nil {
+		xid = &xidState{counts: map[uint64]uint64{}}
+		b.xids[uuid] = xid
+	}
 	g := &nvmlGPU{
-		dev:       dev,
-		info:      newGPUInfo(i, uuid, pciBusID(pci), name, driver, b.hostname, b.withHost),
-		label:     strconv.Itoa(i),
-		xidCounts: map[uint64]uint64{},
+		dev:   dev,
+		info:  newGPUInfo(i, uuid, pciBusID(pci), name, driver, b.hostname, b.withHost),
+		label: strconv.Itoa(i),
+		xid:   xid,
 	}
 	g.fieldValues, g.fieldMap = fieldValueRequest(b.fields)
 	if b.fields.has(fProfGrEngineActive) && b.syms.gpm {
@@ -264,34 +338,102 @@ func pciBusID(p nvml.PciInfo) string {
 	return fmt.Sprintf("%08X:%02X:%02X.0", p.Domain, p.Bus, p.Device)
 }
 
+// errReadHung is the device error of a GPU whose read did not finish in
+// time; the GPU is left out until the read returns.
+type errReadHung struct{ after time.Duration }
+
+func (e errReadHung) Error() string {
+	return fmt.Sprintf("NVML read of the GPU still running after %s", e.after)
+}
+
+// gpuRead is one GPU's outcome in a cycle.
+type gpuRead struct {
+	i        int
+	gs       gpuSample
+	errs     []fieldError
+	answered bool
+	gone     nvml.Return
+}
+
+// sample reads the GPUs side by side, each within readTimeout, so that one
+// hung NVML call stalls neither the other GPUs nor shutdown. A GPU whose
+// read does not finish is counted as a device error, and served from its
+// last complete sample until that is older than stale; then only its XID
+// series and last-sample time are.
 func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
-	s := &sample{time: now, gpus: make([]gpuSample, 0, len(b.gpus))}
-	b.grouper.beginCycle()
-	for _, g := range b.gpus {
-		if ctx.Err() != nil {
-			break
+	s := &sample{time: now}
+	if err := b.refresh(ctx); err != nil {
+		s.errs = append(s.errs, fieldError{field: "driver", err: err})
+		if driverGoneErr(err) {
+			s.reinit = err
 		}
-		gs := gpuSample{info: g.info}
-		answered, gone := b.readGPU(g, &gs, &s.errs, now)
-		if answered {
-			s.read++
-		}
-		if gone != nvml.SUCCESS && s.reinit == nil {
-			s.reinit = fmt.Errorf("GPU %s: %w", g.label, gone)
-		}
-		s.gpus = append(s.gpus, gs)
 	}
+	gpus := b.gpus
+	b.grouper.beginCycle()
+	results := make(chan gpuRead, len(gpus))
+	done := make([]*gpuRead, len(gpus))
+	running := 0
+	for i, g := range gpus {
+		if !g.busy.CompareAndSwap(false, true) {
+			continue // still hung from an earlier cycle
+		}
+		running++
+		go func() {
+			res := gpuRead{i: i, gs: gpuSample{info: g.info}}
+			res.answered, res.gone = b.readGPU(g, &res.gs, &res.errs, now)
+			g.busy.Store(false) // before the send: the next cycle may start at once
+			results <- res
+		}()
+	}
+	timer := time.NewTimer(b.readTimeout)
+wait:
+	for running > 0 {
+		select {
+		case res := <-results:
+			running--
+			done[res.i] = &res
+		case <-timer.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	timer.Stop()
 	b.grouper.endCycle()
+
+	s.gpus = make([]gpuSample, len(gpus))
+	for i, g := range gpus {
+		res := done[i]
+		if res == nil {
+			s.errs = append(s.errs, fieldError{gpu: g.label, field: "timeout", err: errReadHung{b.readTimeout}})
+			s.gpus[i] = b.staleSample(g, now)
+			continue
+		}
+		s.errs = append(s.errs, res.errs...)
+		if res.answered {
+			s.read++
+			res.gs.at = now
+			g.last, g.lastAt = &res.gs, now
+		} else {
+			res.gs.at = g.lastAt
+		}
+		if res.gone != nvml.SUCCESS && s.reinit == nil {
+			s.reinit = fmt.Errorf("GPU %s: %w", g.label, res.gone)
+		}
+		s.gpus[i] = res.gs
+	}
 	s.errs = append(s.errs, b.unidentified...)
 	b.eventErrMu.Lock()
 	s.errs = append(s.errs, b.eventErrs...)
 	b.eventErrs = b.eventErrs[:0]
 	b.eventErrMu.Unlock()
 	if s.read == 0 && s.reinit == nil {
-		// Every call failed: unless every GPU is merely off the bus
-		// (they come back by answering again), start NVML afresh.
+		// Every call failed: unless every GPU is merely off the bus (they
+		// come back by answering again) or hung (NVML must not be shut
+		// down under a running call), start NVML afresh.
 		for _, e := range s.errs {
-			if !errors.Is(e.err, nvml.ERROR_GPU_IS_LOST) {
+			var hung errReadHung
+			if !errors.Is(e.err, nvml.ERROR_GPU_IS_LOST) && !errors.As(e.err, &hung) {
 				s.reinit = fmt.Errorf("every NVML call failed; GPU %s: %w", e.gpu, e.err)
 				break
 			}
@@ -300,24 +442,62 @@ func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
 	return s
 }
 
-func (b *nvmlBackend) close() error {
-	b.stopEventLoop()
-	return b.shutdown()
+// staleSample is what is served for a GPU whose read is hung: its last
+// complete sample while that is recent enough, else its XID series only.
+func (b *nvmlBackend) staleSample(g *nvmlGPU, now time.Time) gpuSample {
+	if g.last != nil && now.Sub(g.lastAt) <= b.stale {
+		gs := *g.last
+		return gs
+	}
+	gs := gpuSample{info: g.info, at: g.lastAt}
+	var errs []fieldError
+	b.readXID(&reader{s: &gs, errs: &errs, gpu: g.label}, g)
+	return gs
 }
+
+// busyAny reports whether a GPU read is still running (tests).
+func (b *nvmlBackend) busyAny() bool {
+	b.gpusMu.RLock()
+	defer b.gpusMu.RUnlock()
+	for _, g := range b.gpus {
+		if g.busy.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// driverGoneErr reports whether err carries a driverGone return.
+func driverGoneErr(err error) bool {
+	var ret nvml.Return
+	return errors.As(err, &ret) && driverGone(ret)
+}
+
+func (b *nvmlBackend) close() error { return b.shutdown() }
 
 func (b *nvmlBackend) shutdown() error {
 	if !b.initialised {
 		return nil
 	}
-	b.stopEventLoop()
+	hung := !b.stopEventLoop()
 	for _, g := range b.gpus {
+		hung = hung || g.busy.Load()
+	}
+	gpus := b.gpus
+	b.setGPUs(nil)
+	b.initialised = false
+	if hung {
+		// Freeing or shutting down under a call still running in the
+		// driver could crash the process; leave NVML as it is.
+		b.logger.Warn("An NVML call is still hung; leaving NVML initialised")
+		return nil
+	}
+	for _, g := range gpus {
 		if g.gpm != nil {
 			g.gpm.free()
 		}
 		g.mig.free()
 	}
-	b.gpus = nil
-	b.initialised = false
 	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
 		return fmt.Errorf("shut down NVML: %w", ret)
 	}

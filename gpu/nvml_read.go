@@ -56,7 +56,12 @@ func (r *reader) ok(ret nvml.Return, fs ...fieldID) bool {
 			// error for the device, as for a GPU that cannot be read at
 			// all, not one per field.
 			if !r.lost {
-				*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: "device", err: ret})
+				field := "device"
+				if driverGone(ret) {
+					// Not this GPU's fault: kept apart from lost GPUs.
+					field = "driver"
+				}
+				*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: field, err: ret})
 			}
 			r.lost = true
 			if driverGone(ret) {

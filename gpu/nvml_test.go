@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	dto "github.com/prometheus/client_model/go"
@@ -257,60 +258,190 @@ func TestNVMLErrorOnOneGPUIsIsolated(t *testing.T) {
 	}
 }
 
+// TestNVMLHungCallDoesNotBlockCollect: one GPU's NVML call hangs. The
+// other GPU keeps being read every cycle; the hung GPU is served from its
+// last sample for two intervals, then without its series (its last-sample
+// time stops), and counted each cycle; no second read piles up on it;
+// scrapes answer at once; and shutdown does not wait for the call.
 func TestNVMLHungCallDoesNotBlockCollect(t *testing.T) {
 	m := newMockMachine(t, 2)
 	var hang atomic.Bool
 	release := make(chan struct{})
+	var releaseCh atomic.Pointer[chan struct{}]
+	releaseCh.Store(&release)
 	var calls atomic.Int32
 	m.devs[0].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
 		if hang.Load() {
 			calls.Add(1)
-			<-release
+			<-*releaseCh.Load()
 		}
 		return 40, nvml.SUCCESS
 	}
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
-	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir()})
+	const interval = 50 * time.Millisecond
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: interval, Hostname: "h", ProcRoot: t.TempDir()})
 	require.NoError(t, err)
+	c.backend.(*nvmlBackend).eventWait = 10 * time.Millisecond
 	reg := newRegistry(t, c)
 
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
+	released := false
 	defer func() {
-		cancel()
-		require.NoError(t, <-done)
+		if !released {
+			close(release)
+		}
+		// The hung read's goroutine ends once the call returns.
+		require.Eventually(t, func() bool { return !c.backend.(*nvmlBackend).busyAny() }, 5*time.Second, time.Millisecond)
 	}()
 
 	require.Eventually(t, func() bool {
 		v, ok := lookup(t, reg, "gpuscope_gpu_collector_cycles_total", nil)
 		return ok && v >= 2
 	}, 5*time.Second, 5*time.Millisecond)
+	hungAt := time.Now()
 	hang.Store(true)
+	gpu0, gpu1 := map[string]string{"gpu": "0"}, map[string]string{"gpu": "1"}
 	require.Eventually(t, func() bool {
-		v, _ := lookup(t, reg, "gpuscope_gpu_collector_cycle_timeouts_total", nil)
+		v, _ := lookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0", "field": "timeout"})
 		return v >= 1
-	}, 5*time.Second, 5*time.Millisecond)
+	}, 5*time.Second, time.Millisecond)
 
-	// The driver is hung: scrapes still answer at once, with the last
-	// complete sample, and say the backend is not working.
+	// Served from the last sample while it is at most two intervals old,
+	// then absent; GPU 1 is read meanwhile and the collector is up.
+	require.Eventually(t, func() bool {
+		_, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu0)
+		return !ok
+	}, 5*time.Second, time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(hungAt), interval, "served from the last sample (taken up to an interval before the hang) until two intervals old")
 	start := time.Now()
-	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
-	require.Equal(t, 40.0, mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"}))
-	require.Equal(t, 41.0, mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "1"}))
-	require.Less(t, time.Since(start), time.Second)
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+	require.Equal(t, 41.0, mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu1))
+	mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", gpu0) // XIDs come from the event loop
+	require.Less(t, time.Since(start), time.Second, "scrapes answer at once")
+	last0 := mustLookup(t, reg, "gpuscope_gpu_last_sample_timestamp_seconds", gpu0)
+	last1 := mustLookup(t, reg, "gpuscope_gpu_last_sample_timestamp_seconds", gpu1)
+	require.Eventually(t, func() bool {
+		return mustLookup(t, reg, "gpuscope_gpu_last_sample_timestamp_seconds", gpu1) > last1
+	}, 5*time.Second, time.Millisecond, "GPU 1 is still read")
+	require.Equal(t, last0, mustLookup(t, reg, "gpuscope_gpu_last_sample_timestamp_seconds", gpu0), "GPU 0's last sample time stops")
+	require.Equal(t, int32(1), calls.Load(), "no second read piles up on the hung call")
 
-	// Ticks keep coming, but no second cycle piles up on the hung call.
-	time.Sleep(100 * time.Millisecond)
-	require.Equal(t, int32(1), calls.Load())
-
+	// The call comes back: GPU 0 is read again.
 	hang.Store(false)
 	close(release)
+	released = true
 	require.Eventually(t, func() bool {
-		v, _ := lookup(t, reg, "gpuscope_gpu_collector_up", nil)
-		return v == 1
-	}, 5*time.Second, 5*time.Millisecond)
+		_, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu0)
+		return ok
+	}, 5*time.Second, time.Millisecond)
+
+	// Hung again, then shut down: Run returns without waiting for it.
+	release2 := make(chan struct{})
+	releaseCh.Store(&release2)
+	hang.Store(true)
+	require.Eventually(t, func() bool { return c.backend.(*nvmlBackend).busyAny() }, 5*time.Second, time.Millisecond)
+	stopAt := time.Now()
+	cancel()
+	require.NoError(t, <-done)
+	require.Less(t, time.Since(stopAt), 2*time.Second, "SIGTERM completes within 2 s")
+	close(release2)
+}
+
+// TestNVMLHungEventWaitDoesNotBlockShutdown: an NVML event wait that
+// ignores its timeout (a driver stuck on XID 119 can) must not hold up
+// shutdown beyond 2 s.
+func TestNVMLHungEventWaitDoesNotBlockShutdown(t *testing.T) {
+	m := newMockMachine(t, 1)
+	release := make(chan struct{})
+	waiting := make(chan struct{}, 1)
+	m.srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+				<-release
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	var shutdowns atomic.Int32
+	m.srv.ShutdownFunc = func() nvml.Return { shutdowns.Add(1); return nvml.SUCCESS }
+	cfg := DefaultConfig()
+	cfg.Backend = BackendNVML
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	<-waiting
+	start := time.Now()
+	cancel()
+	require.NoError(t, <-done)
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.Zero(t, shutdowns.Load(), "NVML is not shut down under a hung call")
+	close(release)
+	time.Sleep(10 * time.Millisecond) // let the left-behind loop see its context and end
+}
+
+// TestNVMLGPUIdentifiedLater: a GPU that fails identification at start
+// and a GPU that appears later are read from the next cycle they answer
+// in; XID registration that failed is retried.
+func TestNVMLGPUIdentifiedLater(t *testing.T) {
+	m := newMockMachine(t, 3)
+	var uuidFails, regFails atomic.Bool
+	uuidFails.Store(true)
+	regFails.Store(true)
+	uuid := m.devs[1].GetUUIDFunc
+	m.devs[1].GetUUIDFunc = func() (string, nvml.Return) {
+		if uuidFails.Load() {
+			return "", nvml.ERROR_UNKNOWN
+		}
+		return uuid()
+	}
+	m.devs[0].RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+		if regFails.Load() {
+			return nvml.ERROR_UNKNOWN
+		}
+		return nvml.SUCCESS
+	}
+	var count atomic.Int32
+	count.Store(2) // GPU 2 is not there yet (hot-plug, or back after a reset)
+	m.srv.DeviceGetCountFunc = func() (int, nvml.Return) { return int(count.Load()), nvml.SUCCESS }
+	var logs syncBuffer
+	o := mockOptions(m, newFakeClock())
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c, reg := testCollector(t, o)
+	c.collectOnce(bg)
+	c.collectOnce(bg)
+	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 1)
+	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "1", "field": "device"}))
+	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0", "field": "DCGM_FI_DEV_XID_ERRORS"}),
+		"a failed registration is an error, not unsupported")
+	_, ok := lookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "0"})
+	require.False(t, ok)
+
+	uuidFails.Store(false)
+	regFails.Store(false)
+	count.Store(3)
+	c.collectOnce(bg)
+	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 3)
+	for _, gpu := range []string{"0", "1", "2"} {
+		mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": gpu})
+	}
+	// XIDs of the GPUs identified later are delivered.
+	m.events <- nvml.EventData{Device: m.devs[2], EventType: nvml.EventTypeXidCriticalError, EventData: 48}
+	require.Eventually(t, func() bool {
+		c.collectOnce(bg)
+		v, ok := lookup(t, reg, "gpuscope_gpu_xid_errors_total", map[string]string{"gpu": "2", "err_code": "48"})
+		return ok && v == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, strings.Count(logs.String(), "Cannot register for XID events"), logs.String())
 }
 
 func TestNVMLXIDEvents(t *testing.T) {

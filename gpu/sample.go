@@ -50,6 +50,9 @@ func newGPUInfo(index int, uuid, busID, model, driver, hostname string, withHost
 // gpuSample is one GPU's values from one cycle.
 type gpuSample struct {
 	info *gpuInfo
+	// at is when the GPU last answered a complete read (this cycle, or
+	// earlier for a GPU that is lost or whose read hangs); zero if never.
+	at time.Time
 	// set holds the fields that have a value; unsupported those the driver
 	// says the GPU does not support. A field in neither failed or was blank.
 	set         fieldSet
@@ -112,4 +115,17 @@ type fieldError struct {
 	gpu   string
 	field string
 	err   error
+}
+
+// stale returns s with each GPU's series dropped except its XID series
+// and last-sample time: what is served once a sample is too old.
+func (s *sample) stale() *sample {
+	out := &sample{time: s.time, gpus: make([]gpuSample, len(s.gpus))}
+	for i, g := range s.gpus {
+		out.gpus[i] = gpuSample{info: g.info, at: g.at, xidCounts: g.xidCounts}
+		if g.set.has(fXID) {
+			out.gpus[i].setValue(fXID, g.values[fXID])
+		}
+	}
+	return out
 }

@@ -123,6 +123,7 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 				g.lastXID = 79
 				g.xidCount++
 			}
+			gs.at = g.lastAt
 			// The XID series stay, as in the NVML backend.
 			if b.fields.has(fXID) {
 				gs.setValue(fXID, float64(g.lastXID))
@@ -132,6 +133,7 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 		}
 		g.offBus = false
 		s.read++
+		gs.at, g.lastAt = now, now
 		st := g.step(t, dt)
 		b.fill(gs, g, st, names)
 		if g.mig != nil {
@@ -249,9 +251,10 @@ type simGPU struct {
 	memoryMiB float64
 	rng       *rand.Rand
 
-	lostFrom, lostUntil float64 // simulated seconds; lostFrom 0: never lost
-	offBus              bool    // lost in the previous cycle
-	mig                 *simMIG // the mig scenario's GPU instances (sim_mig.go)
+	lostFrom, lostUntil float64   // simulated seconds; lostFrom 0: never lost
+	offBus              bool      // lost in the previous cycle
+	lastAt              time.Time // last cycle the GPU answered
+	mig                 *simMIG   // the mig scenario's GPU instances (sim_mig.go)
 
 	energyMJ           float64
 	thermalViolationNs float64
