@@ -47,6 +47,7 @@ import (
 type serveFlags struct {
 	configFile      string
 	dataDir         string
+	dataDirSet      bool
 	retentionTime   model.Duration
 	retentionSize   units.Base2Bytes
 	walCompression  string
@@ -91,7 +92,7 @@ func serveCommand(app *kingpin.Application) command {
 	c := app.Command("serve", "Run the appliance: collectors, scraping, TSDB, PromQL, rules and the Prometheus HTTP API.").Default()
 	f := &serveFlags{}
 	c.Flag("config.file", "gpuscope config file (a prometheus.yml plus gpuscope's sections). Empty: the embedded defaults.").StringVar(&f.configFile)
-	c.Flag("storage.tsdb.path", "Base path for metrics storage.").Default("data/").StringVar(&f.dataDir)
+	c.Flag("storage.tsdb.path", "Base path for metrics storage. Default data/, or "+demoDataDir+" with --demo, so simulated series never mix with a real appliance's.").IsSetByUser(&f.dataDirSet).Default("data/").StringVar(&f.dataDir)
 	c.Flag("storage.tsdb.retention.time", "How long to retain samples, unless the config file's storage.tsdb.retention says otherwise.").Default("15d").SetValue(&f.retentionTime)
 	c.Flag("storage.tsdb.retention.size", "Maximum bytes of blocks to retain (e.g. 50GB; 0 = no limit), unless the config file says otherwise.").Default("0").BytesVar(&f.retentionSize)
 	c.Flag("storage.tsdb.wal-compression-type", "WAL compression: snappy, zstd or none.").Default("snappy").EnumVar(&f.walCompression, "snappy", "zstd", "none")
@@ -120,7 +121,7 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("alertmanager.notification-queue-capacity", "Alerts queued for Alertmanager before the oldest are dropped.").Default("10000").IntVar(&f.notificationQueue)
 	c.Flag("alertmanager.drain-notification-queue-on-shutdown", "Send the queued alerts before shutting down.").Default("true").BoolVar(&f.drainNotifications)
 	c.Flag("gpu.backend", "GPU backend: auto, nvml, sim or none. Default: the config file's gpu.backend (auto).").EnumVar(&f.gpuBackend, gpu.BackendAuto, gpu.BackendNVML, gpu.BackendSim, gpu.BackendNone)
-	c.Flag("demo", "Run simulated GPUs with one scenario each (training, leak, input-bound, memory-bound, thermal, idle, XID) so every dashboard and alert has data without a GPU.").BoolVar(&f.demo)
+	c.Flag("demo", "Run eight simulated GPUs with one scenario each (training ×2, leak, input-bound, memory-bound, thermal, MIG, XID) at 30× speed, so every dashboard and alert has data without a GPU; data goes to "+demoDataDir+" unless --storage.tsdb.path is given.").BoolVar(&f.demo)
 	c.Flag("node.name", "This node's name: the `instance` label of its built-in series and the Hostname label of GPU series. Default: the host name.").Envar("NODE_NAME").StringVar(&f.nodeName)
 	f.flagValues = func() map[string]string {
 		m := map[string]string{}
@@ -185,6 +186,12 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 	cfg, err := a.loadConfig("localhost:0")
 	if err != nil {
 		return nil, err
+	}
+	if f.demo {
+		if !f.dataDirSet {
+			f.dataDir = demoDataDir
+		}
+		logDemo(logger, cfg.GPU, f.dataDir)
 	}
 	// Before the TSDB replays its WAL, as Prometheus does.
 	applyGoGC(cfg.Prometheus, logger)
@@ -620,7 +627,7 @@ func (a *appliance) statusLines() []web.StatusLine {
 	if file == "" {
 		file = "(embedded defaults)"
 	}
-	return []web.StatusLine{
+	return append([]web.StatusLine{
 		{Name: "Version", Value: version.Version},
 		{Name: "Node", Value: a.nodeName},
 		{Name: "Grafana data source URL", Value: a.grafanaURL()},
@@ -628,7 +635,7 @@ func (a *appliance) statusLines() []web.StatusLine {
 		{Name: "Data directory", Value: a.flags.dataDir},
 		{Name: "Scrape interval", Value: cfg.Prometheus.GlobalConfig.ScrapeInterval.String()},
 		{Name: "Retention", Value: cfg.Prometheus.StorageConfig.TSDBConfig.Retention.Time.String()},
-	}
+	}, a.statusSummary()...)
 }
 
 var startTime = time.Now()

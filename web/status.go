@@ -21,6 +21,7 @@ var statusTemplate = template.Must(template.New("status").Parse(`<!doctype html>
 <li><a href="api/v1/rules">/api/v1/rules</a>, <a href="api/v1/alerts">/api/v1/alerts</a></li>
 <li><a href="api/v1/status/config">/api/v1/status/config</a>, <a href="api/v1/status/tsdb">/api/v1/status/tsdb</a>, <a href="api/v1/status/buildinfo">/api/v1/status/buildinfo</a></li>
 <li><a href="federate?match[]=up">/federate?match[]=…</a>: federation for another Prometheus</li>
+<li><a href="api/dashboards">/api/dashboards</a>: the Grafana dashboards, as JSON to import (or run <code>gpuscope grafana provision</code>)</li>
 {{end}}<li><a href="metrics">/metrics</a> (gpuscope itself), <a href="metrics/cadvisor">/metrics/cadvisor</a>, <a href="metrics/gpu">/metrics/gpu</a></li>
 </ul>
 </body></html>
