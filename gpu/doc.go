@@ -19,7 +19,19 @@
 //     gpuscope_gpu_field_supported says so.
 //   - NVML is read on the collector's own ticker; Collect serves the last
 //     complete sample and never calls the driver, so a hung driver cannot
-//     hang a scrape.
+//     hang a scrape. GPUs are read side by side: a GPU whose NVML call
+//     hangs is counted (errors_total field="timeout"), served from its last
+//     sample for two intervals, then without its series;
+//     gpuscope_gpu_last_sample_timestamp_seconds says when each GPU last
+//     answered (GPUMetricsStale).
+//   - Drivers from R450 on: NVML functions newer than that (memory v2 R510,
+//     GPM R520, clock event reasons R535, ...) are looked up in the loaded
+//     library first and never called where missing; their fields are then
+//     unsupported. A driver that goes away (unloaded, upgraded) makes the
+//     collector down and NVML is initialised again with backoff.
+//   - What the driver denies a non-root user (NO_PERMISSION: profiling with
+//     NVreg_RestrictProfilingToAdminUsers=1, other users' processes) is
+//     unsupported and logged once.
 //
 // Per-container attribution: a GPU process's container is the cgroup path
 // of its pid as cAdvisor names containers (the cpu hierarchy on cgroup v1,

@@ -71,8 +71,10 @@ type nvmlGPU struct {
 	nvlinkPrimed  bool
 
 	lastProcessSeen uint64 // newest GetProcessUtilization timestamp, µs
-	gpm             *gpmState
-	mig             *migState // MIG mode and GPU instances (mig_nvml.go)
+	// The GPU answered NOT_SUPPORTED for the MPS or graphics process list.
+	noMPSList, noGraphicsList bool
+	gpm                       *gpmState
+	mig                       *migState // MIG mode and GPU instances (mig_nvml.go)
 
 	xidRegistered bool
 	xidErr        nvml.Return // why registration failed, SUCCESS if it did not

@@ -494,17 +494,24 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 	// Under MPS the compute list holds the MPS server; its clients are
 	// listed apart. Graphics contexts are listed apart too.
 	for _, extra := range [...]struct {
-		have bool
-		get  func() ([]nvml.ProcessInfo, nvml.Return)
-	}{{b.syms.mps, g.dev.GetMPSComputeRunningProcesses}, {b.syms.graphics, g.dev.GetGraphicsRunningProcesses}} {
-		if !extra.have {
+		have        bool
+		get         func() ([]nvml.ProcessInfo, nvml.Return)
+		unsupported *bool
+	}{
+		{b.syms.mps, g.dev.GetMPSComputeRunningProcesses, &g.noMPSList},
+		{b.syms.graphics, g.dev.GetGraphicsRunningProcesses, &g.noGraphicsList},
+	} {
+		if !extra.have || *extra.unsupported {
 			continue
 		}
 		switch more, ret := extra.get(); ret {
 		case nvml.SUCCESS:
 			procs = append(procs, more...)
-		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_NO_PERMISSION:
-			// Most datacenter GPUs list no graphics processes.
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+			// Most datacenter GPUs list no graphics processes: not
+			// asked again.
+			*extra.unsupported = true
+		case nvml.ERROR_NO_PERMISSION:
 		default:
 			r.ok(ret, fContainerMemory)
 		}
