@@ -97,6 +97,7 @@ func (am *alertmanager) decodeErrors() []error {
 // and is classed input-bound, a training GPU fires neither, and the alerts
 // reach an Alertmanager with the external labels.
 func TestAlertsFromSimScenarios(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("the input-bound scenario burns CPU in a cgroup of its own: needs root")
 	}
@@ -126,6 +127,8 @@ gpu:
 `, am.addr(), container)
 	started := time.Now()
 	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg))
+	// The container must use its half core whatever else runs.
+	favourContainerCPU(t, container)
 
 	// Input-bound: the GPU idles at 20-40% while its container uses all
 	// of its half core.
@@ -251,6 +254,7 @@ const badRules = `groups:
 // user rule replaces the built-in rule of its name and group, and a
 // disabled built-in group is left out.
 func TestRulesBadInputAndReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rulesFile := filepath.Join(dir, "rules.yml")
 	require.NoError(t, os.WriteFile(rulesFile, []byte(badRules), 0o644))
@@ -370,6 +374,7 @@ rules:
 // TestRulesExport: the built-in pack comes out as rule files that
 // `check rules` accepts.
 func TestRulesExport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out, code := run(t, "rules", "export", dir)
 	require.Equal(t, 0, code, out)

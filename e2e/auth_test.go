@@ -42,6 +42,7 @@ const (
 // follows --web.cors.origin and request bodies over
 // --web.max-request-body-size get 413.
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	caFile, certFile, keyFile := writeTLSFiles(t, dir)
 	hash, err := bcrypt.GenerateFromPassword([]byte(authPassword), bcrypt.MinCost)

@@ -61,7 +61,57 @@ func newCgroup(t *testing.T, name string) *testCgroup {
 		cg.dirs = append(cg.dirs, d)
 	}
 	t.Cleanup(cg.remove)
+	favourCPU(t, cg.dirs...)
 	return cg
+}
+
+// cpuWeights are the files that give a cgroup ten times the default CPU
+// weight: cgroup v1's cpu.shares and v2's cpu.weight.
+var cpuWeights = map[string]string{"cpu.shares": "10240", "cpu.weight": "1000"}
+
+// favourCPU gives the cgroups in dirs ten times the default CPU weight
+// where the kernel offers one, so that a busy CI machine (other tests
+// running in parallel, other builds) does not decide whether a process
+// that must burn CPU gets it. Without a weight the test goes on: it only
+// runs with less margin.
+func favourCPU(t *testing.T, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		for file, v := range cpuWeights {
+			p := filepath.Join(d, file)
+			if _, err := os.Stat(p); err != nil {
+				continue
+			}
+			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+				t.Logf("no CPU weight for %s: %v", d, err)
+			}
+		}
+	}
+}
+
+// favourContainerCPU is favourCPU for the cgroup of container id that
+// gpuscope created (the sim's CPU burner): it waits until the cgroup
+// exists in the hierarchy that holds its CPU limit.
+func favourContainerCPU(t *testing.T, id string) {
+	t.Helper()
+	var dirs []string
+	eventually(t, 30*time.Second, "cgroup of container "+id+" created", func() error {
+		dirs = nil
+		for _, h := range []string{"", "cpu", "cpu,cpuacct"} {
+			d := filepath.Join(cgroupRoot, h, id)
+			for file := range cpuWeights {
+				if _, err := os.Stat(filepath.Join(d, file)); err == nil {
+					dirs = append(dirs, d)
+					break
+				}
+			}
+		}
+		if len(dirs) == 0 {
+			return fmt.Errorf("no cpu.shares or cpu.weight for %s below %s", id, cgroupRoot)
+		}
+		return nil
+	})
+	favourCPU(t, dirs...)
 }
 
 func contains(s []string, v string) bool {

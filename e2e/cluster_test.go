@@ -75,6 +75,7 @@ func (p *process) vectorByLabel(q string, l model.LabelName) (map[string]float64
 // instance; a node that does not resolve is a down target with the
 // reason; a stopped agent's targets go down and TargetDown fires.
 func TestClusterAgents(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	acfg := writeConfig(t, t.TempDir(), agentConfig)
 	a := startAgent(t, "node-a", acfg)
@@ -210,6 +211,7 @@ rules:
 // entry points at a port that refuses: the sender keeps running and
 // reports the retries.
 func TestClusterRemoteWrite(t *testing.T) {
+	t.Parallel()
 	recvDir := t.TempDir()
 	recvPort := freePort(t)
 	// The receiver evaluates no built-in rules: they would record the same
@@ -331,6 +333,7 @@ remote_write:
 // queryable, and /federate agrees with instant queries, in text (read with
 // Prometheus's own scrape parser) and protobuf.
 func TestClusterFederationAndPush(t *testing.T) {
+	t.Parallel()
 	cfg := writeConfig(t, t.TempDir(), fastConfig+`
   external_labels: {cluster: lab}
 cadvisor: {enabled: false}
@@ -488,6 +491,7 @@ func parseFederation(t *testing.T, body []byte, contentType string) federated {
 // TestClusterBadNodeConfig: a node without a port is a config error that
 // names the file and line, at check and at start, never a crash.
 func TestClusterBadNodeConfig(t *testing.T) {
+	t.Parallel()
 	bad := writeConfig(t, t.TempDir(), "global:\n  scrape_interval: 1s\nnodes:\n  static:\n    - gpu-01:9089\n    - gpu-02\n")
 	out, code := run(t, "check", "config", bad)
 	require.Equal(t, 1, code, out)
@@ -510,6 +514,7 @@ func TestClusterBadNodeConfig(t *testing.T) {
 // TestAgentEndpoints: the agent serves its three endpoints, empty when a
 // collector is off, and nothing else; SIGHUP does not end it.
 func TestAgentEndpoints(t *testing.T) {
+	t.Parallel()
 	cfg := writeConfig(t, t.TempDir(), "cadvisor: {enabled: false}\n")
 	a := startAgent(t, "bare", cfg)
 	code, body := a.get("/metrics/gpu")

@@ -55,6 +55,7 @@ func blocks(t *testing.T, dir string) []blockMeta {
 // them in its metrics, and serve everything else: the other blocks' and
 // the WAL's samples before the damage exactly as before, and new scrapes.
 func TestCorruptionRepairedAtStart(t *testing.T) {
+	t.Parallel()
 	const series = 2000
 	target := newCounterTarget(t, series)
 	dir := t.TempDir()
@@ -87,20 +88,30 @@ scrape_configs:
 		return nil
 	})
 	// The WAL is cut into a new segment at every head compaction (each
-	// 10 s here): stop when the newest one has something to damage.
-	eventually(t, 60*time.Second, "newest WAL segment over 96 KiB", func() error {
+	// 10 s here): stop when the newest one has something to damage, after
+	// reading what the API returns before the stop: the reference for
+	// after the damage (what is on disk is this and the scrapes until the
+	// stop). If a compaction cut a new segment while the reference was
+	// read (a slow machine), wait for that one to fill.
+	probes := []string{"00000", fmt.Sprintf("%05d", series-1)}
+	var (
+		refAt  time.Time
+		window time.Duration
+		ref    map[string][]model.SamplePair
+	)
+	eventually(t, 90*time.Second, "newest WAL segment over 96 KiB, and still the newest after the reference was read", func() error {
 		seg, size := newestSegment(t, data)
 		if size < 96<<10 {
 			return fmt.Errorf("%s: %d bytes", seg, size)
 		}
+		refAt = time.Now()
+		window = refAt.Sub(testStart) + 5*time.Second
+		ref = rawSamples(t, p, probes, refAt, window)
+		if now, _ := newestSegment(t, data); now != seg {
+			return fmt.Errorf("WAL segment %s cut while the reference was read", now)
+		}
 		return nil
 	})
-	// What the API returns before the stop: the reference for after the
-	// damage (what is on disk is this and the scrapes until the stop).
-	probes := []string{"00000", fmt.Sprintf("%05d", series-1)}
-	refAt := time.Now()
-	window := refAt.Sub(testStart) + 5*time.Second
-	ref := rawSamples(t, p, probes, refAt, window)
 	p.signal(syscall.SIGTERM)
 	require.Equal(t, 0, p.wait(30*time.Second), "exit code after SIGTERM")
 	bb := blocks(t, data)

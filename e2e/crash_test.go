@@ -91,6 +91,7 @@ func (c *counterTarget) servedAt(k int) (time.Time, bool) {
 // (and scrapes that failed, which `up` records). The values go on with the
 // next number after the restart, and the gap in time is the downtime.
 func TestCrashKeepsCommittedSamples(t *testing.T) {
+	t.Parallel()
 	const (
 		series   = 5000
 		interval = time.Second

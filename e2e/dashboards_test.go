@@ -78,6 +78,7 @@ var kernelDependent = map[string]string{
 // every value picked as a multi-value regex alternation), parses as PromQL
 // and returns data from `serve --demo` within a few minutes of start.
 func TestDashboardsHaveData(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := serve(t, "", "--demo", "--config.file="+writeConfig(t, dir, fastConfig))
 
@@ -196,6 +197,7 @@ func (p *process) absentKernelFamily(ctx context.Context, expr string) string {
 
 // TestGrafanaProvision runs the real command and reads what Grafana would.
 func TestGrafanaProvision(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, "global:\n  scrape_interval: 30s\n")
 	out, code := run(t, "grafana", "provision", dir, "--url", "http://gpuscope:9089", "--config.file", cfg)

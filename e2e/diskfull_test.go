@@ -28,6 +28,7 @@ import (
 // taken again; stopped and restarted, the data opens as it was, without a
 // WAL repair, and the samples from before, during and after are returned.
 func TestDiskFull(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	require.NoError(t, os.Mkdir(data, 0o755))

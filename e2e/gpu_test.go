@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
@@ -14,8 +15,9 @@ import (
 // built-in `gpu` job with dcgm-exporter's names and labels, and join with
 // cAdvisor's container series on the cgroup id.
 func TestServeSimGPUs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	container := fmt.Sprintf("/gpuscope-e2e-sim-%d", time.Now().UnixNano()%1e6)
+	container := fmt.Sprintf("/gpuscope-e2e-sim-%d", rand.IntN(1e6))
 	cfg := writeConfig(t, dir, fastConfig+fmt.Sprintf(`
 gpu:
   backend: sim
@@ -91,6 +93,7 @@ gpu:
 // TestServeWithoutDriver: backend auto on a machine without libnvidia-ml
 // is not an error: the collector says it is down, everything else works.
 func TestServeWithoutDriver(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := serve(t, "", "--config.file="+writeConfig(t, dir, fastConfig), "--gpu.backend=auto")
 	eventually(t, 30*time.Second, "gpuscope_gpu_collector_up 0, other jobs up", func() error {

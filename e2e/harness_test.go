@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -30,7 +31,23 @@ import (
 // binary is the gpuscope executable built once for the whole package.
 var binary string
 
+// defaultParallel is how many tests marked t.Parallel run at once when
+// the command line does not say (go test's default is GOMAXPROCS). Most
+// of them wait on scrape and rule intervals, not on the CPU; the tests
+// that measure CPU rates or scrape punctuality stay serial and run
+// first, alone.
+const defaultParallel = "6"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", defaultParallel); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "gpuscope-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -39,7 +56,9 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "gpuscope")
 	build := exec.Command("go", "build", "-o", binary, "..")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+	// go-nvml's header marks some NVML calls deprecated; the warnings
+	// are noise. -O2 -g are cgo's defaults, which CGO_CFLAGS replaces.
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build gpuscope:", err)
 		os.Exit(1)
@@ -77,12 +96,31 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// ports are the ports freePort handed out: the kernel may give a port
+// freed by one test to the next, and tests running in parallel must not
+// start two servers on one port (nor one on a port another test keeps
+// free on purpose).
+var ports = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// freePort returns a loopback port nothing listens on, never the same one
+// twice in a run.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	ports.Lock()
+	defer ports.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+		if !ports.given[port] {
+			ports.given[port] = true
+			return port
+		}
+	}
 }
 
 // writeConfig writes a config file into dir and returns its path.

@@ -51,7 +51,8 @@ var stormQueries = []string{
 // the built-in jobs are scraped every second, with --query.max-samples
 // low: the queries over the limit fail with Prometheus's 422 execution
 // error, the others answer, no scrape is missed and the process stays
-// within its cgroup's memory limit.
+// within its cgroup's memory limit. Not parallel, nor TestOverloadTimeout:
+// the storm takes the machine, and no scrape may be missed during it.
 func TestOverloadMaxSamples(t *testing.T) {
 	testOverload(t, []string{"--query.max-samples=1000"}, map[int]string{
 		200: "",
@@ -436,4 +437,54 @@ func serveInCgroup(t *testing.T, cg *appCgroup, args ...string) *process {
 		}
 		return startCommand(t, exec.Command("/bin/sh", append(append(sh, "--", binary), all...)...), all)
 	}, args)
+}
+
+// newCPUCgroup creates a cgroup with ten times the default CPU weight (and
+// no other limit) for the appliance, below the test's own (cgroup v1) or
+// at the root of the unified hierarchy (v2). Where the kernel refuses
+// (not root, read-only cgroupfs) it logs why and returns nil.
+func newCPUCgroup(t *testing.T, name string) *appCgroup {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(cgroupRoot, &st); err != nil {
+		t.Logf("no cgroup filesystem at %s: %v", cgroupRoot, err)
+		return nil
+	}
+	cg := &appCgroup{v2: st.Type == unix.CGROUP2_SUPER_MAGIC}
+	parent, file, value := filepath.Join(cgroupRoot, "cpu"), "cpu.shares", "10240"
+	if cg.v2 {
+		parent, file, value = cgroupRoot, "cpu.weight", "1000"
+		if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+cpu"), 0o644); err != nil {
+			t.Logf("no CPU weight: kernel refused to enable the cpu controller: %v", err)
+			return nil
+		}
+	} else if own := ownCgroup("cpu"); own != "" {
+		if fi, err := os.Stat(filepath.Join(parent, own)); err == nil && fi.IsDir() {
+			parent = filepath.Join(parent, own)
+		}
+	}
+	d := filepath.Join(parent, name)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Logf("no CPU weight: kernel refused to create cgroup %s: %v", d, err)
+		return nil
+	}
+	t.Cleanup(func() { removeCgroup(t, d) })
+	if err := os.WriteFile(filepath.Join(d, file), []byte(value), 0o644); err != nil {
+		t.Logf("no CPU weight for %s: %v", d, err)
+		return nil
+	}
+	cg.dir, cg.dirs = d, []string{d}
+	return cg
+}
+
+// serveFavoured is serve for a test that counts on every scrape being on
+// time: gpuscope runs in a cgroup of its own with ten times the default
+// CPU weight where the kernel allows, so that the CI machine's other
+// processes do not decide whether it keeps up; elsewhere as serve does.
+func serveFavoured(t *testing.T, args ...string) *process {
+	t.Helper()
+	if cg := newCPUCgroup(t, fmt.Sprintf("gpuscope-e2e-%s-%d", strings.ToLower(t.Name()), rand.IntN(1e6))); cg != nil {
+		return serveInCgroup(t, cg, args...)
+	}
+	return serve(t, "", args...)
 }

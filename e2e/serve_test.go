@@ -31,11 +31,12 @@ global:
 // TestServeContainerCPU is the spine end to end: a CPU-burning process in a
 // cgroup this test creates is seen by the in-process cAdvisor, scraped by
 // the Prometheus scrape loop into the TSDB and answered by PromQL over the
-// HTTP API; when the cgroup goes, its series goes stale.
+// HTTP API; when the cgroup goes, its series goes stale. Not parallel: it
+// measures the burner's CPU rate and wants every built-in job up.
 func TestServeContainerCPU(t *testing.T) {
 	cg := newCgroup(t, fmt.Sprintf("gpuscope-e2e-%d", rand.IntN(1e6)))
 	dir := t.TempDir()
-	p := serve(t, "", "--config.file="+writeConfig(t, dir, fastConfig))
+	p := serveFavoured(t, "--config.file="+writeConfig(t, dir, fastConfig))
 
 	burner := cg.burn(t)
 	rateQuery := fmt.Sprintf(`rate(container_cpu_usage_seconds_total{id=%q}[10s])`, cg.ID)
@@ -84,6 +85,7 @@ func TestServeContainerCPU(t *testing.T) {
 // TestServeRestartKeepsData: SIGTERM exits 0 promptly with the TSDB closed,
 // and a new process on the same directory returns the old samples.
 func TestServeRestartKeepsData(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, fastConfig)
 	data := filepath.Join(dir, "data")
@@ -125,6 +127,7 @@ func TestServeRestartKeepsData(t *testing.T) {
 // TestServeGrafanaCalls makes the calls Grafana's Prometheus data source
 // makes (../shared/grafana-api.md §1) and checks status and shape.
 func TestServeGrafanaCalls(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := serve(t, "", "--config.file="+writeConfig(t, dir, fastConfig))
 	// gpu is scraped too without a driver: it reports backend "none".
@@ -251,6 +254,7 @@ func TestServeGrafanaCalls(t *testing.T) {
 // TestServeBadInput: every bad input gets a clear answer and nothing is
 // lost.
 func TestServeBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfgFile := writeConfig(t, dir, fastConfig)
 	data := filepath.Join(dir, "data")
@@ -346,6 +350,7 @@ func TestServeBadInput(t *testing.T) {
 // Prometheus, and a target added to the file_sd file is picked up without
 // a restart.
 func TestServeUserScrapeConfigs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sdFile := filepath.Join(dir, "targets.json")
 	require.NoError(t, os.WriteFile(sdFile, []byte(`[]`), 0o644))

@@ -50,7 +50,8 @@ func samplesByJob(v model.Vector) map[string]float64 {
 // stored; the healthy target and the built-in jobs are up at every
 // scrape, and every target, the hanging one too, is scraped at every
 // interval; over many intervals of hanging scrapes gpuscope's goroutines
-// and open files stay bounded.
+// and open files stay bounded. Not parallel: a scrape of a built-in job
+// that misses its one-second timeout on a busy machine would fail it.
 func TestServeBadTargets(t *testing.T) {
 	const (
 		// window is how long the bad targets are watched after all
@@ -112,7 +113,7 @@ scrape_configs:
     scrape_timeout: 500ms
     static_configs: [{targets: [%q]}]
 `, host(healthy), host(malformed), host(hanging), host(failing)))
-	p := serve(t, "", "--config.file="+cfg, "--gpu.backend=sim")
+	p := serveFavoured(t, "--config.file="+cfg, "--gpu.backend=sim")
 
 	// Each target's health and last error, as the targets page shows it.
 	want := map[string]struct {
@@ -174,6 +175,26 @@ scrape_configs:
 		}
 		return out
 	}
+	// cAdvisor starts in the background, some seconds after ready, with
+	// goroutines of its own for every container on the host: measure from
+	// a self-scrape at least two seconds after it started.
+	eventually(t, 60*time.Second, "cAdvisor started", func() error {
+		if !strings.Contains(p.out.String(), `msg="cAdvisor started"`) {
+			return fmt.Errorf("not logged yet")
+		}
+		return nil
+	})
+	since := time.Now().Add(2 * time.Second)
+	eventually(t, 30*time.Second, "a self-scrape after cAdvisor started", func() error {
+		v, err := p.instant(`timestamp(go_goroutines{job="gpuscope"})`)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 || float64(v[0].Value) < float64(since.UnixMilli())/1e3 {
+			return fmt.Errorf("last self-scrape %v, want after %s", v, since.Format(time.TimeOnly))
+		}
+		return nil
+	})
 	start := time.Now()
 	before := resources(start)
 	hangsBefore := hangs.Load()
@@ -235,15 +256,18 @@ scrape_configs:
 }
 
 // TestServeSimGPULostAndBack is gpu/lost_test.go through the binary: with
-// gpu.sim.time_scale 10, simulated GPU 0 falls off the bus 20 s into the
+// gpu.sim.time_scale 10, simulated GPU 0 falls off the bus 10 s into the
 // run for 15 s. Meanwhile its DCGM series are absent and
 // gpuscope_gpu_collector_errors_total{gpu="0",field="device"} increases,
 // while GPU 1 keeps reporting at every scrape and the collector stays up;
-// then GPU 0 reports again and the counter stops.
+// then GPU 0 reports again and the counter stops. It counts the scrapes
+// of the gpu job, which must not miss their one-second timeout: gpuscope
+// runs with a CPU weight above the other tests'.
 func TestServeSimGPULostAndBack(t *testing.T) {
+	t.Parallel()
 	const (
 		timeScale = 10
-		lostAt    = 200 * time.Second // simulated: 20 s of real time
+		lostAt    = 100 * time.Second // simulated: 10 s of real time
 		lostFor   = 150 * time.Second // simulated: 15 s of real time
 		lostReal  = lostFor / timeScale
 	)
@@ -257,7 +281,7 @@ gpu:
     gpus:
       - {scenario: training, lost_at: %s, lost_for: %s}
 `, timeScale, model.Duration(lostAt), model.Duration(lostFor)))
-	p := serve(t, "", "--config.file="+cfg)
+	p := serveFavoured(t, "--config.file="+cfg)
 
 	util := func() (map[string]bool, error) {
 		v, err := p.instant(`DCGM_FI_DEV_GPU_UTIL`)
