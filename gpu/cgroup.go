@@ -54,30 +54,34 @@ func cgroupIDFromProcFile(b []byte) (string, error) {
 				c, controllers = controllers, nil
 			}
 			if string(c) == "cpu" {
-				return cleanCgroupPath(string(p)), nil
+				return cleanCgroupPath(string(p))
 			}
 		}
 	}
 	if haveV2 {
-		return cleanCgroupPath(v2), nil
+		return cleanCgroupPath(v2)
 	}
 	return "", errors.New("no cpu controller or unified hierarchy line")
 }
 
-// cleanCgroupPath strips what the kernel adds to paths of cgroups that were
-// removed or lie outside the reader's cgroup namespace.
-func cleanCgroupPath(p string) string {
+// cleanCgroupPath strips what the kernel adds to paths of removed
+// cgroups. A cgroup outside gpuscope's cgroup namespace shows as a path
+// starting with "/..", relative to gpuscope's own cgroup: the host path,
+// which cAdvisor names the container by, cannot be told from it, so it is
+// an error rather than a wrong id.
+func cleanCgroupPath(p string) (string, error) {
 	p = strings.TrimSuffix(p, " (deleted)")
-	// Outside gpuscope's cgroup namespace the kernel prefixes "/.."; Clean
-	// drops it, leaving the path as seen from the host.
+	if p == "/.." || strings.HasPrefix(p, "/../") {
+		return "", fmt.Errorf("cgroup %s lies outside gpuscope's cgroup namespace (run gpuscope in the host's, e.g. docker --cgroupns host)", p)
+	}
 	p = filepath.Clean(p)
 	if p == "." || p == "" {
-		return "/"
+		return "/", nil
 	}
 	if p[0] != '/' {
 		p = "/" + p
 	}
-	return p
+	return p, nil
 }
 
 // pidResolver maps pids to container ids. A pid's cgroup is read once and

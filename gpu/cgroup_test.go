@@ -49,11 +49,6 @@ func TestCgroupIDFromProcFile(t *testing.T) {
 			want:    "/kubepods/pod1/cri-containerd:abc",
 		},
 		{
-			name:    "cgroup outside gpuscope's cgroup namespace",
-			content: "0::/../../system.slice/docker-abc.scope\n",
-			want:    "/system.slice/docker-abc.scope",
-		},
-		{
 			name:    "removed cgroup",
 			content: "0::/system.slice/docker-abc.scope (deleted)\n",
 			want:    "/system.slice/docker-abc.scope",
@@ -72,6 +67,9 @@ func TestCgroupIDFromProcFile(t *testing.T) {
 	}
 	_, err := cgroupIDFromProcFile([]byte("5:memory:/x\n"))
 	require.Error(t, err)
+	// Outside gpuscope's cgroup namespace the host path is unknown.
+	_, err = cgroupIDFromProcFile([]byte("0::/../../system.slice/docker-abc.scope\n"))
+	require.ErrorContains(t, err, "outside gpuscope's cgroup namespace")
 	_, err = cgroupIDFromProcFile(nil)
 	require.Error(t, err)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -29,9 +30,13 @@ type nvmlBackend struct {
 	logger   *slog.Logger
 	interval time.Duration
 	devices  []string // globs of files that show NVIDIA GPUs are there
-	hostname string
-	withHost bool
-	fields   fieldSet
+	procRoot string
+	// foreignPIDNS: gpuscope is not in the host's pid namespace, so the
+	// pids NVML reports cannot be joined to containers (see readProcesses).
+	foreignPIDNS bool
+	hostname     string
+	withHost     bool
+	fields       fieldSet
 
 	initialised bool
 	syms        nvmlSymbols
@@ -111,6 +116,7 @@ func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bo
 		logger:      o.Logger,
 		interval:    o.Interval,
 		devices:     o.NVIDIADevices,
+		procRoot:    o.ProcRoot,
 		hostname:    o.Hostname,
 		withHost:    withHost,
 		fields:      fields,
@@ -143,6 +149,11 @@ func (b *nvmlBackend) open(ctx context.Context) (err error) {
 		return fmt.Errorf("read driver version: %w", ret)
 	}
 	b.driver = driver
+	b.foreignPIDNS = foreignPIDNamespace(b.procRoot)
+	if b.foreignPIDNS && b.fields.has(fContainerMemory) {
+		b.logger.Warn("gpuscope is not in the host's pid namespace; per-container GPU metrics are off (run it with the host's pid namespace, e.g. docker --pid host)",
+			"pid_namespace", filepath.Join(b.procRoot, "self/ns/pid"))
+	}
 	b.setGPUs(nil)
 	if err := b.refresh(ctx); err != nil {
 		return err
@@ -229,6 +240,20 @@ func hasSymbol(lib nvml.Interface, name string) (ok bool) {
 		return true
 	}
 	return ext.LookupSymbol(name) == nil
+}
+
+// initPIDNamespace is how the kernel names the initial (host) pid
+// namespace: its inode is PROC_PID_INIT_INO.
+const initPIDNamespace = "pid:[4026531836]"
+
+// foreignPIDNamespace reports whether the process reading procRoot runs
+// in a pid namespace other than the host's. NVML then reports compute
+// processes by their pids in gpuscope's namespace (dropping those it
+// cannot see) but utilisation samples by host pid, so neither joins
+// reliably to a cgroup. Unknown (unreadable) counts as the host's.
+func foreignPIDNamespace(procRoot string) bool {
+	ns, err := os.Readlink(filepath.Join(procRoot, "self", "ns", "pid"))
+	return err == nil && ns != initPIDNamespace
 }
 
 // nvidiaDevice returns a file that shows NVIDIA GPUs are there, or "".

@@ -487,6 +487,11 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 	if !b.fields.has(fContainerMemory) {
 		return
 	}
+	if b.foreignPIDNS {
+		r.s.unsupported.add(fContainerMemory)
+		r.s.unsupported.add(fContainerSM)
+		return
+	}
 	procs, ret := g.dev.GetComputeRunningProcesses()
 	if !r.ok(ret, fContainerMemory) {
 		return

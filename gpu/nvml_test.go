@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -988,5 +990,39 @@ func failFuncsWhile(v reflect.Value, cond *atomic.Bool, ret nvml.Return) {
 			out[len(out)-1] = reflect.ValueOf(ret)
 			return out
 		}))
+	}
+}
+
+// TestNVMLForeignPIDNamespace: outside the host's pid namespace NVML's
+// pids cannot be joined to containers; the per-container metrics are
+// unsupported, with one log line, rather than wrong.
+func TestNVMLForeignPIDNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name, ns string
+		want     bool // container series published
+	}{
+		{"host", "pid:[4026531836]", true},
+		{"container's own", "pid:[4026532412]", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			proc := t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(proc, "self", "ns"), 0o755))
+			require.NoError(t, os.Symlink(tc.ns, filepath.Join(proc, "self", "ns", "pid")))
+			writeProc(t, proc, 100, "0::/system.slice/a.scope\n")
+			m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}}
+			var logs syncBuffer
+			o := mockOptions(m, newFakeClock())
+			o.ProcRoot = proc
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			c.collectOnce(bg)
+			_, ok := lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"id": "/system.slice/a.scope"})
+			require.Equal(t, tc.want, ok)
+			require.Equal(t, boolValue(tc.want), mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}))
+			require.Equal(t, boolValue(!tc.want), float64(strings.Count(logs.String(), "not in the host's pid namespace")))
+			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+		})
 	}
 }
