@@ -134,7 +134,7 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config file: %w", err)
 	}
-	cfg, s, err := load(data, path, logger)
+	cfg, root, err := load(data, path, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -149,8 +149,12 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	}
 	// A pattern that matches nothing is valid, as in Prometheus, but most
 	// likely a mistake.
+	var s *schema
 	for i, pat := range cfg.Prometheus.RuleFiles {
 		if m, err := filepath.Glob(pat); err == nil && len(m) == 0 {
+			if s == nil {
+				s = walkFile(root)
+			}
 			w := &Error{File: path, Line: s.lineOf(fmt.Sprintf("rule_files[%d]", i)), Key: "rule_files",
 				Err: fmt.Errorf("%q matches no file; no rules are loaded from it", patterns[i])}
 			cfg.Warnings = append(cfg.Warnings, w.Error())
@@ -176,7 +180,9 @@ func Load(data []byte, file string, logger *slog.Logger) (*Config, error) {
 	return cfg, err
 }
 
-func load(data []byte, file string, logger *slog.Logger) (*Config, *schema, error) {
+// load returns the config and the file's YAML tree. The tree is walked
+// beside the Go types only when something needs explaining.
+func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -184,7 +190,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *schema, erro
 	if err != nil {
 		return nil, nil, (&schema{}).errorFor(file, err, true)
 	}
-	s := walkFile(parts.root)
+	s := lazySchema{root: parts.root}
 
 	promCfg, err := promconfig.Load(string(parts.prometheus), logger)
 	if err != nil {
@@ -237,7 +243,20 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *schema, erro
 		Nodes:      o.Nodes,
 		Rules:      o.Rules,
 		File:       file,
-	}, s, nil
+	}, parts.root, nil
+}
+
+// lazySchema walks the file on the first error.
+type lazySchema struct {
+	root *yaml.Node
+	s    *schema
+}
+
+func (l *lazySchema) errorFor(file string, err error, decoding bool) error {
+	if l.s == nil {
+		l.s = walkFile(l.root)
+	}
+	return l.s.errorFor(file, err, decoding)
 }
 
 // GPUInterval is how often the GPU collector samples: its own setting, or

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,6 +150,10 @@ func TestLoadErrors(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", "test.yml:1: the config must be a mapping of sections (global, scrape_configs, gpu, ...)"},
 		{"broken YAML", "global:\n  scrape_interval: [1s\n", "test.yml:1: invalid YAML: did not find expected ',' or ']'"},
 
+		// A file written as one flow mapping is re-rendered before it is
+		// decoded; the lines are still the file's.
+		{"flow-style file", "{global: {scrape_interval: 1s},\n gpu: {interval: fast, famlies: {}}}\n", `test.yml:2: gpu.interval: "fast"` + dur + "\n" + "test.yml:2: gpu.famlies: unknown key (did you mean families?)"},
+
 		// Every bad value, not just the first.
 		{"two errors", "gpu:\n  interval: fast\n  timeout: slow\n", `test.yml:2: gpu.interval: "fast"` + dur + "\n" + `test.yml:3: gpu.timeout: "slow"` + dur},
 	} {
@@ -292,4 +297,17 @@ func TestValidFilesWalkClean(t *testing.T) {
 			require.Empty(t, s.errs)
 		})
 	}
+}
+
+// TestLoadAliasBomb: aliases can make a small file a huge tree; explaining
+// an error in one stays quick.
+func TestLoadAliasBomb(t *testing.T) {
+	// 1,000 scrape configs of 200 relabel configs of 100 source labels:
+	// 20 million values from a 10 kB file.
+	bomb := "scrape_configs:\n  - &c {job_name: a, scrape_interval: fast, relabel_configs: [&r {source_labels: [&l x" +
+		strings.Repeat(", *l", 99) + "]}" + strings.Repeat(", *r", 199) + "]}\n" + strings.Repeat("  - *c\n", 999)
+	start := time.Now()
+	_, err := Load([]byte(bomb), "test.yml", nil)
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 10*time.Second)
 }

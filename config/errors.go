@@ -62,7 +62,14 @@ func (s *schema) errorFor(file string, err error, decoding bool) error {
 	if decoding {
 		errs = append(errs, s.errs...)
 	}
-	errs = append(errs, s.explain(err)...)
+	for _, e := range s.explain(err) {
+		// A decoder's error the schema cannot place (a flow-style file is
+		// re-rendered before decoding) repeats one the walk found.
+		if e.Key == "" && len(s.errs) > 0 && decoding {
+			continue
+		}
+		errs = append(errs, e)
+	}
 	if len(errs) == 0 {
 		var e *Error
 		if errors.As(err, &e) {
@@ -203,7 +210,7 @@ func (s *schema) keyed(line int, msg string) *Error {
 	}
 	for {
 		n := pathRe.FindStringSubmatch(rest)
-		if n == nil || !s.has(key+"."+n[1]) {
+		if n == nil || !s.exact(key+"."+n[1]) {
 			break
 		}
 		key, rest = key+"."+n[1], n[2]
@@ -230,6 +237,16 @@ func (s *schema) has(path string) bool {
 	head, _, _ = strings.Cut(head, "[")
 	for _, p := range s.places {
 		if p.path == path || p.path == head {
+			return true
+		}
+	}
+	return false
+}
+
+// exact says whether the file has key path.
+func (s *schema) exact(path string) bool {
+	for _, p := range s.places {
+		if p.path == path {
 			return true
 		}
 	}

@@ -28,9 +28,14 @@ import (
 // at all (a bad duration); the schema turns them into the file's line and
 // the key's path (gpu.sim.gpus[0].lost_at).
 type schema struct {
-	places []place
-	errs   []*Error
+	places  []place
+	errs    []*Error
+	budget  int                 // nodes left to visit
+	aliased map[*yaml.Node]bool // anchored values reached through an alias
 }
+
+// walkBudget bounds the nodes a walk visits, far above any real config.
+const walkBudget = 100_000
 
 // place is one key (or list item) of the file.
 type place struct {
@@ -95,7 +100,7 @@ func sdKeys() map[string]reflect.Type {
 // walkFile walks a whole config document. Top-level keys are Prometheus
 // sections or gpuscope's own.
 func walkFile(root *yaml.Node) *schema {
-	s := &schema{}
+	s := &schema{budget: walkBudget}
 	if root == nil || root.Kind != yaml.MappingNode {
 		return s
 	}
@@ -136,10 +141,21 @@ func (s *schema) fail(line int, path, msg string) {
 // walk checks node n, which decodes into a t, and records the keys below
 // it.
 func (s *schema) walk(n *yaml.Node, t reflect.Type, path string, v2 bool) {
-	n = unalias(n)
-	if n == nil || t == nil || isNull(n) {
+	if n != nil && n.Kind == yaml.AliasNode {
+		// An anchored value is checked once, where it is written.
+		n = unalias(n)
+		if s.aliased[n] {
+			return
+		}
+		if s.aliased == nil {
+			s.aliased = map[*yaml.Node]bool{}
+		}
+		s.aliased[n] = true
+	}
+	if n == nil || t == nil || isNull(n) || s.budget <= 0 {
 		return
 	}
+	s.budget--
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
