@@ -54,7 +54,7 @@ func checkConfig(file string, logger *slog.Logger) (*config.Config, error) {
 		return nil, err
 	}
 	if err := scrape.AddBuiltinJobs(cfg.Prometheus, builtinJobs(cfg, "localhost:0", "check")); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, cfg.Locate(err)
 	}
 	return cfg, nil
 }

@@ -92,7 +92,7 @@ func TestCheckConfig(t *testing.T) {
 		{
 			name:   "reserved job name",
 			input:  "scrape_configs:\n  - job_name: cadvisor\n    static_configs: [{targets: ['a:1']}]\n",
-			stderr: `FAILED: @: scrape_configs: job_name "cadvisor" is reserved for gpuscope's built-in collector; choose another name` + "\n",
+			stderr: `FAILED: @:2: scrape_configs[0]: job_name "cadvisor" is reserved for gpuscope's built-in collector; choose another name` + "\n",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -65,6 +65,18 @@ type Config struct {
 	// Warnings are valid settings that are most likely mistakes (a rule
 	// file pattern that matches no file), each naming file, line and key.
 	Warnings []string
+
+	root *yaml.Node // the file's YAML tree, for Locate
+}
+
+// Locate words an error found in this config after it loaded (a reserved
+// job name, from scrape.AddBuiltinJobs) as Load words its own: file, line
+// and key, when the error starts with a key path of the file.
+func (c *Config) Locate(err error) error {
+	if err == nil {
+		return nil
+	}
+	return walkFile(c.root).errorFor(c.File, err, false)
 }
 
 // Web holds settings of the HTTP server that may also be given as flags;
@@ -243,6 +255,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		Nodes:      o.Nodes,
 		Rules:      o.Rules,
 		File:       file,
+		root:       parts.root,
 	}, parts.root, nil
 }
 

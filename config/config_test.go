@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,4 +311,15 @@ func TestLoadAliasBomb(t *testing.T) {
 	_, err := Load([]byte(bomb), "test.yml", nil)
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+// TestLocate: an error found after loading (serve's reserved job names)
+// gets the file, line and key too.
+func TestLocate(t *testing.T) {
+	c, err := Load([]byte("global: {}\nscrape_configs:\n  - job_name: mine\n    static_configs: [{targets: ['a:1']}]\n  - job_name: gpu\n    static_configs: [{targets: ['a:1']}]\n"), "test.yml", nil)
+	require.NoError(t, err)
+	require.EqualError(t, c.Locate(errors.New(`scrape_configs: job_name "gpu" is reserved`)), `test.yml:5: scrape_configs[1]: job_name "gpu" is reserved`)
+	require.EqualError(t, c.Locate(errors.New("something else")), "test.yml: something else")
+	require.NoError(t, c.Locate(nil))
+	require.EqualError(t, Default(nil).Locate(errors.New("gpu.backend: x")), "line 74: gpu.backend: x")
 }

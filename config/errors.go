@@ -47,7 +47,7 @@ var (
 	syntaxRe  = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 	unknownRe = regexp.MustCompile(`^field (.+) not found in type \S+$`)
 	typeRe    = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
-	jobRe     = regexp.MustCompile(`job name "([^"]*)"`)
+	jobRe     = regexp.MustCompile(`job[ _]name "([^"]*)"`)
 	dupRe     = regexp.MustCompile(`^mapping key "(.*)" already defined at line \d+$`)
 	// A message of gpuscope's own validation: "gpu.sim.count: ...".
 	pathRe = regexp.MustCompile(`^([a-z_][a-z0-9_]*(?:\.[A-Za-z0-9_]+|\[\d+\])*): (.*)$`)
@@ -79,10 +79,12 @@ func (s *schema) errorFor(file string, err error, decoding bool) error {
 			errs = append(errs, s.keyed(0, err.Error()))
 		}
 	}
-	// Prometheus's checks across a scrape config name its job.
-	if len(errs) == 1 && errs[0].Line == 0 && errs[0].Key == "" {
+	// Checks across a scrape config name its job.
+	if len(errs) == 1 && errs[0].Line == 0 && (errs[0].Key == "" || errs[0].Key == "scrape_configs") {
 		if m := jobRe.FindStringSubmatch(err.Error()); m != nil {
-			errs[0].Key = s.job(m[1])
+			if p := s.job(m[1]); p != "" {
+				errs[0].Key = p
+			}
 		}
 	}
 	for _, e := range errs {
