@@ -27,8 +27,8 @@
 // (newlines included) become spaces and lengths are bounded
 // (MaxWorkloadBytes, MaxValueBytes), so a hostile name cannot break the
 // exposition format, a legend or a TSDB limit. No label is per process:
-// each value is fixed for the life of a cgroup, so the labels add no
-// series to cAdvisor's, which already has one per cgroup.
+// each value belongs to a cgroup, so the labels add no series to
+// cAdvisor's, which already has one per cgroup.
 //
 // The labels (see Identity.Labels):
 //
