@@ -234,7 +234,7 @@ run_test() {
     return 0
   fi
   as_user "$user"
-  "${as[@]}" timeout 150 env GPUCHECK_LOAD="$load" GPUCHECK_LOAD_PID="$pid" GPUCHECK_GPU="$gpu" \
+  "${as[@]}" timeout 150 env PATH="$PATH" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" GPUCHECK_LOAD="$load" GPUCHECK_LOAD_PID="$pid" GPUCHECK_GPU="$gpu" \
     GPUCHECK_OUT="$dir" TMPDIR=/tmp "$work/gpu.test" -test.run '^TestRealGPU' -test.v -test.count=1 \
     -test.timeout 140s >"$dir/test.log" 2>&1 || rc=$?
   (cd "$dir" && timeout 30 nvidia-smi --query-compute-apps=gpu_bus_id,pid,used_memory --format=csv >smi-compute-apps.csv 2>&1) || true
@@ -367,11 +367,11 @@ run_agent() {
   printf 'global:\n  scrape_interval: 2s\n' >"$cfg"
   chmod 644 "$cfg"
   log=$raw/agent-$load-$user.log
-  # A simple command in the background: $! is the agent itself (no
-  # timeout(1) in between, which would answer SIGTERM with its own status);
-  # it is killed below in any case.
+  # A simple command in the background, through exec-ing wrappers only
+  # (setpriv, env): $! is the agent itself. No timeout(1) in between, which
+  # would answer SIGTERM with its own status; it is killed below anyway.
   as_user "$user"
-  "${as[@]}" "$work/gpuscope" agent --config.file="$cfg" --gpu.backend=nvml \
+  "${as[@]}" env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$work/gpuscope" agent --config.file="$cfg" --gpu.backend=nvml \
     --web.listen-address="127.0.0.1:$port" >"$log" 2>&1 &
   agent_pid=$!
   body=""
