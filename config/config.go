@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	promconfig "github.com/prometheus/prometheus/config"
+	yaml2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuscope/gpuscope/gpu"
@@ -221,6 +222,10 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		}
 	}
 
+	if err := checkRemoteDuplicates(promCfg); err != nil {
+		return nil, nil, s.errorFor(file, err, false)
+	}
+
 	// Exemplar storage is always on in gpuscope (Grafana asks for
 	// exemplars); Prometheus fills this section only when its feature flag
 	// is set.
@@ -257,6 +262,37 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		File:       file,
 		root:       parts.root,
 	}, parts.root, nil
+}
+
+// checkRemoteDuplicates refuses what Prometheus's remote storage refuses
+// when the config is applied, so that check config catches it: two
+// remote_write (or remote_read) entries that are the same.
+func checkRemoteDuplicates(c *promconfig.Config) error {
+	sections := []struct {
+		key  string
+		cfgs []any
+	}{{key: "remote_write"}, {key: "remote_read"}}
+	for _, rw := range c.RemoteWriteConfigs {
+		sections[0].cfgs = append(sections[0].cfgs, rw)
+	}
+	for _, rr := range c.RemoteReadConfigs {
+		sections[1].cfgs = append(sections[1].cfgs, rr)
+	}
+	for _, sec := range sections {
+		seen := map[string]int{}
+		for i, c := range sec.cfgs {
+			// Prometheus compares the YAML rendering too (storage/remote toHash).
+			b, err := yaml2.Marshal(c)
+			if err != nil {
+				continue
+			}
+			if j, dup := seen[string(b)]; dup {
+				return fmt.Errorf("%s[%d]: the same as %s[%d]; remote storage refuses duplicates (give them different settings or remove one)", sec.key, i, sec.key, j)
+			}
+			seen[string(b)] = i
+		}
+	}
+	return nil
 }
 
 // lazySchema walks the file on the first error.

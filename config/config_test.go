@@ -147,6 +147,9 @@ func TestLoadErrors(t *testing.T) {
 		{"scrape timeout above the job's interval", "global:\n  scrape_interval: 1m\nscrape_configs:\n  - job_name: a\n    scrape_timeout: 3m\n", `test.yml:4: scrape_configs[0]: scrape timeout greater than scrape interval for scrape config with job name "a"`},
 		{"scrape timeout above gpuscope's default interval", "global:\n  scrape_timeout: 20s\n", "test.yml:1: global: with gpuscope's default 15s intervals: global scrape timeout greater than scrape interval"},
 
+		{"same remote_write twice", "remote_write:\n  - url: http://a/write\n  - url: http://b/write\n  - url: http://a/write\n", "test.yml:4: remote_write[2]: the same as remote_write[0]; remote storage refuses duplicates (give them different settings or remove one)"},
+		{"same remote_read twice", "remote_read:\n  - url: http://a/read\n  - url: http://a/read\n", "test.yml:3: remote_read[1]: the same as remote_read[0]; remote storage refuses duplicates (give them different settings or remove one)"},
+
 		// Not a config at all.
 		{"not a mapping", "- a\n- b\n", "test.yml:1: the config must be a mapping of sections (global, scrape_configs, gpu, ...)"},
 		{"broken YAML", "global:\n  scrape_interval: [1s\n", "test.yml:1: invalid YAML: did not find expected ',' or ']'"},
