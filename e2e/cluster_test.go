@@ -284,7 +284,10 @@ remote_write:
 
 	recv = startReceiver()
 	time.Sleep(5 * time.Second)
-	windowEnd := time.Now()
+	// Two seconds back: a scrape stamped just before now may still be
+	// committing at the sender (a busy machine), and would then reach the
+	// receiver but not the sender's count.
+	windowEnd := time.Now().Add(-2 * time.Second)
 
 	// Per series, the number of samples in the window must match: none lost
 	// while the receiver was down, every series present.

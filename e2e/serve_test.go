@@ -101,7 +101,10 @@ func TestServeRestartKeepsData(t *testing.T) {
 		}
 		return nil
 	})
-	stoppedAt := time.Now()
+	// Two seconds back: a scrape stamped just before now may still be
+	// committing (a busy machine), and would be counted after the restart
+	// but not before.
+	stoppedAt := time.Now().Add(-2 * time.Second)
 	const count = `count_over_time(up{job="gpuscope"}[1m])`
 	before, _, _, err := p.api().Query(context.Background(), count, stoppedAt)
 	require.NoError(t, err)
