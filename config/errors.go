@@ -65,7 +65,7 @@ func (s *schema) errorFor(file string, err error, decoding bool) error {
 	for _, e := range s.explain(err) {
 		// A decoder's error the schema cannot place (a flow-style file is
 		// re-rendered before decoding) repeats one the walk found.
-		if e.Key == "" && len(s.errs) > 0 && decoding {
+		if s.flow && e.Key == "" && len(s.errs) > 0 && decoding {
 			continue
 		}
 		errs = append(errs, e)

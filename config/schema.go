@@ -30,6 +30,7 @@ import (
 type schema struct {
 	places  []place
 	errs    []*Error
+	flow    bool                // the file is one flow mapping, re-rendered before decoding
 	budget  int                 // nodes left to visit
 	aliased map[*yaml.Node]bool // anchored values reached through an alias
 }
@@ -104,6 +105,7 @@ func walkFile(root *yaml.Node) *schema {
 	if root == nil || root.Kind != yaml.MappingNode {
 		return s
 	}
+	s.flow = root.Style&yaml.FlowStyle != 0
 	promT, ownT := reflect.TypeFor[promconfig.Config](), reflect.TypeFor[own]()
 	promFields, ownFields := yamlFields(promT), yamlFields(ownT)
 	for i := 0; i+1 < len(root.Content); i += 2 {
