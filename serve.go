@@ -431,7 +431,10 @@ func (a *appliance) loadConfig(selfAddr string) (*config.Config, error) {
 		cfg.Rules.Builtin.TimeScale = cfg.GPU.Sim.TimeScale
 	}
 	if err := scrape.AddBuiltinJobs(cfg.Prometheus, builtinJobs(cfg, selfAddr, a.nodeName)); err != nil {
-		return nil, fmt.Errorf("load config %s: %w", a.flags.configFile, err)
+		return nil, fmt.Errorf("load config: %w", cfg.Locate(err))
+	}
+	for _, w := range cfg.Warnings {
+		a.logger.Warn("Config warning", "warning", w)
 	}
 	if r := cfg.Prometheus.StorageConfig.TSDBConfig.Retention; r.Time == 0 && r.Size == 0 && r.Percentage == 0 {
 		r.Time = a.flags.retentionTime

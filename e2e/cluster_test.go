@@ -499,12 +499,12 @@ func TestClusterBadNodeConfig(t *testing.T) {
 	out, code := run(t, "check", "config", bad)
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, bad)
-	require.Contains(t, out, "line 6")
+	require.Contains(t, out, bad+":6:")
 	require.Contains(t, out, `"gpu-02" has no port`)
 
 	q := start(t, "serve", "--web.listen-address=127.0.0.1:"+strconv.Itoa(freePort(t)), "--storage.tsdb.path="+t.TempDir(), "--config.file="+bad)
 	require.Equal(t, 1, q.wait(30*time.Second))
-	require.Contains(t, q.out.String(), "line 6")
+	require.Contains(t, q.out.String(), bad+":6:")
 	require.NotContains(t, q.out.String(), "panic")
 
 	// The agent takes the same file (it reads no nodes section, but the

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -195,9 +196,24 @@ func (h *Handler) SelfDial(ctx context.Context) (net.Conn, error) {
 func Listen(address string) (net.Listener, error) {
 	l, err := net.Listen("tcp", address)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s (set --web.listen-address to a free address): %w", address, err)
+		return nil, fmt.Errorf("listen on %s: %w (%s)", address, err, listenHint(err))
 	}
 	return l, nil
+}
+
+// listenHint says what to do about a failed listen: only a port in use
+// calls for another address.
+func listenHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return "another process uses this port: stop it or set --web.listen-address to a free address"
+	case errors.Is(err, syscall.EACCES):
+		return "ports below 1024 need root or CAP_NET_BIND_SERVICE: choose a port of 1024 or above with --web.listen-address"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "this machine has no such address: use one of its addresses, or 0.0.0.0 for all, in --web.listen-address"
+	default:
+		return "--web.listen-address and web.listen_address take host:port, e.g. 0.0.0.0:9089 or :9089"
+	}
 }
 
 // Run serves on l and on the self listener until ctx ends, then shuts down

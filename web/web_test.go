@@ -201,5 +201,17 @@ func TestListenPortInUse(t *testing.T) {
 	defer l.Close()
 	_, err = Listen(l.Addr().String())
 	require.ErrorContains(t, err, "address already in use")
-	require.ErrorContains(t, err, "--web.listen-address")
+	require.ErrorContains(t, err, "another process uses this port: stop it or set --web.listen-address to a free address")
+}
+
+// TestListenErrorsSayWhatToDo: only a port in use suggests another port.
+func TestListenErrorsSayWhatToDo(t *testing.T) {
+	for _, tc := range []struct{ address, want string }{
+		{"9089", "missing port in address (--web.listen-address and web.listen_address take host:port, e.g. 0.0.0.0:9089 or :9089)"},
+		{"192.0.2.1:9089", "this machine has no such address"},
+	} {
+		_, err := Listen(tc.address)
+		require.ErrorContains(t, err, tc.want, tc.address)
+		require.NotContains(t, err.Error(), "free address", tc.address)
+	}
 }
