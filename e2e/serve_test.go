@@ -101,12 +101,13 @@ func TestServeRestartKeepsData(t *testing.T) {
 		}
 		return nil
 	})
-	// Two seconds back: a scrape stamped just before now may still be
-	// committing (a busy machine), and would be counted after the restart
-	// but not before.
-	stoppedAt := time.Now().Add(-2 * time.Second)
+	stoppedAt := time.Now()
+	// Counted two seconds back: a scrape stamped just before now may still
+	// be committing (a busy machine), and would be counted after the
+	// restart but not before.
+	countAt := stoppedAt.Add(-2 * time.Second)
 	const count = `count_over_time(up{job="gpuscope"}[1m])`
-	before, _, _, err := p.api().Query(context.Background(), count, stoppedAt)
+	before, _, _, err := p.api().Query(context.Background(), count, countAt)
 	require.NoError(t, err)
 	require.Len(t, before.(model.Vector), 1)
 	p.signal(syscall.SIGTERM)
@@ -117,7 +118,7 @@ func TestServeRestartKeepsData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Every sample stored before the restart is still there.
-	v, _, _, err := p2.api().QueryRange(ctx, count, promv1.Range{Start: stoppedAt, End: stoppedAt, Step: time.Second})
+	v, _, _, err := p2.api().QueryRange(ctx, count, promv1.Range{Start: countAt, End: countAt, Step: time.Second})
 	require.NoError(t, err)
 	m := v.(model.Matrix)
 	require.Len(t, m, 1)
