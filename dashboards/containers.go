@@ -53,15 +53,15 @@ func containers() *dashboard.DashboardBuilder {
 			target(`instance_id:container_pressure_io_waiting_seconds:rate2m{`+containerSel+`}`, containerLegend)).
 			Min(0)).
 		WithRow(dashboard.NewRowBuilder("GPU share")).
-		WithPanel(timeseriesPanel("GPU memory per container", "Framebuffer memory held by the container's processes, per GPU.", unitBytes,
-			target(`gpu:gpuscope_gpu_container_memory_used_bytes:avg1m{`+containerSel+`}`, containerLegend+" GPU {{gpu}}")).
+		WithPanel(timeseriesPanel("GPU memory per container", "Framebuffer memory held by the container's processes, per GPU (per MIG instance on a GPU in MIG mode).", unitBytes,
+			target(`gpu:gpuscope_gpu_container_memory_used_bytes:avg1m{`+containerSel+`}`, containerLegend+" GPU {{gpu}} {{GPU_I_PROFILE}} {{GPU_I_ID}}")).
 			Min(0)).
 		WithPanel(timeseriesPanel("SM share per container", "SM utilisation of the container's processes, per GPU (NVML process utilisation).", unitPercent,
-			target(`gpu:gpuscope_gpu_container_sm_utilization_percent:avg1m{`+containerSel+`}`, containerLegend+" GPU {{gpu}}")).
+			target(`gpu:gpuscope_gpu_container_sm_utilization_percent:avg1m{`+containerSel+`}`, containerLegend+" GPU {{gpu}} {{GPU_I_PROFILE}} {{GPU_I_ID}}")).
 			Min(0).Max(100)).
-		WithPanel(tablePanel("Containers on GPUs", "Each container with a GPU process: GPU memory, SM share and its CPU saturation side by side.", unitCount,
-			instantTarget(`sum by (instance, id, gpu) (gpuscope_gpu_container_memory_used_bytes{`+containerSel+`})`, "GPU memory").RefId("A"),
-			instantTarget(`sum by (instance, id, gpu) (gpuscope_gpu_container_sm_utilization_percent{`+containerSel+`})`, "SM %").RefId("B"),
+		WithPanel(tablePanel("Containers on GPUs", "Each container with a GPU process: GPU memory, SM share and its CPU saturation side by side, one row per GPU (per MIG instance on a GPU in MIG mode).", unitCount,
+			instantTarget(`sum by (instance, id, gpu, GPU_I_ID, GPU_I_PROFILE) (gpuscope_gpu_container_memory_used_bytes{`+containerSel+`})`, "GPU memory").RefId("A"),
+			instantTarget(`sum by (instance, id, gpu, GPU_I_ID, GPU_I_PROFILE) (gpuscope_gpu_container_sm_utilization_percent{`+containerSel+`})`, "SM %").RefId("B"),
 			instantTarget(`max by (instance, id) (instance_id:container_cpu_saturation:ratio{`+containerSel+`}) and on (instance, id) gpuscope_gpu_container_memory_used_bytes`, "CPU saturation").RefId("C")).
 			Span(24))
 }

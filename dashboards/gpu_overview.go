@@ -10,6 +10,13 @@ const gpuSel = `instance=~"$instance", gpu=~"$gpu"`
 
 const gpuLegend = "{{instance}} GPU {{gpu}}"
 
+// gpuInstanceLegend is the legend of series that a GPU in MIG mode has once
+// per GPU instance (framebuffer, DCGM_FI_PROF_*, utilisation): it adds the
+// instance's profile and GPU_I_ID, which Grafana renders empty for a whole
+// GPU. Series a MIG GPU has once (temperature, power, clocks, PCIe, XID)
+// keep gpuLegend.
+const gpuInstanceLegend = gpuLegend + " {{GPU_I_PROFILE}} {{GPU_I_ID}}"
+
 // gpuOverview is the per-node, per-GPU view of dcgm-exporter's metrics:
 // what the source document asks to watch on a GPU (utilisation and memory
 // level first, then temperature, power, clocks, PCIe and errors). Panels
@@ -25,8 +32,8 @@ func gpuOverview() *dashboard.DashboardBuilder {
 		WithRow(dashboard.NewRowBuilder("Fleet")).
 		WithPanel(statPanel("GPUs", "GPUs reporting.", unitCount,
 			target(`count(gpu:dcgm_fi_dev_gpu_temp:max1m{`+gpuSel+`})`, "GPUs"))).
-		WithPanel(statPanel("Mean utilisation", "Mean GPU utilisation of the selected GPUs.", unitPercent,
-			target(`avg(gpu:dcgm_fi_dev_gpu_util:avg1m{`+gpuSel+`})`, "utilisation")).
+		WithPanel(statPanel("Mean utilisation", "Mean GPU utilisation of the selected GPUs. A GPU in MIG mode counts once, as the mean of its instances' engine activity.", unitPercent,
+			target(`avg(avg by (instance, gpu) (gpu:dcgm_fi_dev_gpu_util:avg1m{`+gpuSel+`}))`, "utilisation")).
 			Thresholds(thresholds(95)).Min(0).Max(100)).
 		WithPanel(statPanel("Power", "Total power draw of the selected GPUs.", unitWatt,
 			target(`sum(gpu:dcgm_fi_dev_power_usage:avg1m{`+gpuSel+`})`, "power"))).
@@ -34,17 +41,17 @@ func gpuOverview() *dashboard.DashboardBuilder {
 			target(`max(gpu:dcgm_fi_dev_gpu_temp:max1m{`+gpuSel+`})`, "temperature")).
 			Thresholds(thresholds(85))).
 		WithRow(dashboard.NewRowBuilder("Utilisation and memory")).
-		WithPanel(timeseriesPanel("GPU utilisation", "DCGM_FI_DEV_GPU_UTIL: share of time a kernel ran. Above 95% for 5 minutes raises GPUSMUtilizationHigh.", unitPercent,
-			target(`gpu:dcgm_fi_dev_gpu_util:avg1m{`+gpuSel+`}`, gpuLegend)).
+		WithPanel(timeseriesPanel("GPU utilisation", "DCGM_FI_DEV_GPU_UTIL: share of time a kernel ran. Above 95% for 5 minutes raises GPUSMUtilizationHigh. A GPU in MIG mode has no GPU_UTIL: each of its instances shows its graphics engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE).", unitPercent,
+			target(`gpu:dcgm_fi_dev_gpu_util:avg1m{`+gpuSel+`}`, gpuInstanceLegend)).
 			Min(0).Max(100).Thresholds(thresholds(95))).
-		WithPanel(timeseriesPanel("Framebuffer used", "Share of GPU memory in use. Above 90% for 10 minutes raises GPUMemoryAlmostFull; a staircase here is the memory-leak pattern.", unitPercentUnit,
-			target(`gpu:dcgm_fi_dev_fb_used:ratio_avg1m{`+gpuSel+`}`, gpuLegend)).
+		WithPanel(timeseriesPanel("Framebuffer used", "Share of GPU memory in use (of each MIG instance's memory on a GPU in MIG mode). Above 90% for 10 minutes raises GPUMemoryAlmostFull; a staircase here is the memory-leak pattern.", unitPercentUnit,
+			target(`gpu:dcgm_fi_dev_fb_used:ratio_avg1m{`+gpuSel+`}`, gpuInstanceLegend)).
 			Min(0).Max(1).Thresholds(thresholds(0.9))).
-		WithPanel(timeseriesPanel("Framebuffer used vs total", "DCGM_FI_DEV_FB_USED against DCGM_FI_DEV_FB_TOTAL, in MiB as DCGM reports them.", unitMiB,
-			target(`gpu:dcgm_fi_dev_fb_used:avg1m{`+gpuSel+`}`, "used "+gpuLegend),
-			target(`gpu:dcgm_fi_dev_fb_total:max1m{`+gpuSel+`}`, "total "+gpuLegend)).
+		WithPanel(timeseriesPanel("Framebuffer used vs total", "DCGM_FI_DEV_FB_USED against DCGM_FI_DEV_FB_TOTAL, in MiB as DCGM reports them (per MIG instance on a GPU in MIG mode).", unitMiB,
+			target(`gpu:dcgm_fi_dev_fb_used:avg1m{`+gpuSel+`}`, "used "+gpuInstanceLegend),
+			target(`gpu:dcgm_fi_dev_fb_total:max1m{`+gpuSel+`}`, "total "+gpuInstanceLegend)).
 			Min(0)).
-		WithPanel(timeseriesPanel("Memory bandwidth", "DCGM_FI_DEV_MEM_COPY_UTIL: share of time the memory was being read or written.", unitPercent,
+		WithPanel(timeseriesPanel("Memory bandwidth", "DCGM_FI_DEV_MEM_COPY_UTIL: share of time the memory was being read or written. Absent in MIG mode: see DRAM activity per instance.", unitPercent,
 			target(`gpu:dcgm_fi_dev_mem_copy_util:avg1m{`+gpuSel+`}`, gpuLegend)).
 			Min(0).Max(100)).
 		WithRow(dashboard.NewRowBuilder("Thermal, power and clocks")).
@@ -79,9 +86,9 @@ func gpuOverview() *dashboard.DashboardBuilder {
 			Min(0)).
 		WithRow(dashboard.NewRowBuilder("Profiling (Hopper and newer)")).
 		WithPanel(timeseriesPanel("Tensor core activity", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: share of cycles the tensor pipes were busy. From NVML GPM; absent on GPUs older than Hopper.", unitPercentUnit,
-			target(`gpu:dcgm_fi_prof_pipe_tensor_active:avg1m{`+gpuSel+`}`, gpuLegend)).
+			target(`gpu:dcgm_fi_prof_pipe_tensor_active:avg1m{`+gpuSel+`}`, gpuInstanceLegend)).
 			Min(0).Max(1)).
 		WithPanel(timeseriesPanel("DRAM activity", "DCGM_FI_PROF_DRAM_ACTIVE: share of cycles the memory interface was busy. High with low utilisation means memory-bound.", unitPercentUnit,
-			target(`gpu:dcgm_fi_prof_dram_active:avg1m{`+gpuSel+`}`, gpuLegend)).
+			target(`gpu:dcgm_fi_prof_dram_active:avg1m{`+gpuSel+`}`, gpuInstanceLegend)).
 			Min(0).Max(1))
 }

@@ -15,28 +15,28 @@ func triage() *dashboard.DashboardBuilder {
 		WithVariable(labelVariable("instance", "Node", `label_values(DCGM_FI_DEV_GPU_TEMP, instance)`)).
 		WithVariable(labelVariable("gpu", "GPU", `label_values(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance"}, gpu)`)).
 		WithRow(dashboard.NewRowBuilder("Bottleneck")).
-		WithPanel(tablePanel("Bottleneck now", "Each GPU's class from gpu:bottleneck:class: compute-bound, memory-bound, input-bound, idle, or other (busy 5–50% with nothing gpuscope sees saturated: look at disk, network, synchronisation).", unitCount,
+		WithPanel(tablePanel("Bottleneck now", "Each GPU's class from gpu:bottleneck:class (each MIG instance's, for a GPU in MIG mode: columns GPU_I_PROFILE and GPU_I_ID): compute-bound, memory-bound, input-bound, idle, or other (busy 5–50% with nothing gpuscope sees saturated: look at disk, network, synchronisation).", unitCount,
 			instantTarget(`gpu:bottleneck:class{`+gpuSel+`}`, "{{class}}"))).
-		WithPanel(timeseriesPanel("GPUs per class", "How many of the selected GPUs are in each class over time.", unitCount,
+		WithPanel(timeseriesPanel("GPUs per class", "How many of the selected GPUs are in each class over time; on a GPU in MIG mode each MIG instance has a class of its own and counts once.", unitCount,
 			target(`count by (class) (gpu:bottleneck:class{`+gpuSel+`})`, "{{class}}")).
 			Min(0).Stacking(stackingNormal())).
 		WithRow(dashboard.NewRowBuilder("CPU next to GPU")).
 		WithPanel(timeseriesPanel("GPU utilisation and the CPU saturation of its containers", "A GPU under 50% while a container using it runs above 80% of its CPU limit is input-bound (GPUStarvedByCPU): the data loader, not the GPU, sets the pace.", unitPercentUnit,
-			target(`gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`} / 100`, "GPU util "+gpuLegend),
-			target(`gpu:container_cpu_saturation:max{`+gpuSel+`}`, "CPU saturation of its containers "+gpuLegend)).
+			target(`gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`} / 100`, "GPU util "+gpuInstanceLegend),
+			target(`gpu:container_cpu_saturation:max{`+gpuSel+`}`, "CPU saturation of its containers "+gpuInstanceLegend)).
 			Min(0).Thresholds(thresholds(0.5, 0.8))).
-		WithPanel(tablePanel("Containers on GPUs", "Per container with a process on a GPU: the GPU's utilisation and the container's CPU saturation.", unitPercentUnit,
-			instantTarget(`max by (instance, gpu, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, gpu) group_left () max by (instance, gpu) (gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`}) / 100`, "GPU utilisation").RefId("A"),
-			instantTarget(`max by (instance, gpu, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, id) group_left () max by (instance, id) (instance_id:container_cpu_saturation:ratio)`, "CPU saturation").RefId("B"))).
+		WithPanel(tablePanel("Containers on GPUs", "Per container with a process on a GPU (on a MIG instance, for a GPU in MIG mode): the GPU's (instance's) utilisation and the container's CPU saturation.", unitPercentUnit,
+			instantTarget(`max by (instance, gpu, GPU_I_ID, GPU_I_PROFILE, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, gpu, GPU_I_ID) group_left () max by (instance, gpu, GPU_I_ID) (gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`}) / 100`, "GPU utilisation").RefId("A"),
+			instantTarget(`max by (instance, gpu, GPU_I_ID, GPU_I_PROFILE, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, id) group_left () max by (instance, id) (instance_id:container_cpu_saturation:ratio)`, "CPU saturation").RefId("B"))).
 		WithRow(dashboard.NewRowBuilder("Memory leak")).
 		WithPanel(timeseriesPanel("Framebuffer trend", "Used framebuffer, its 10-minute floor (ignores short allocations), the total, and where a linear trend of the last hour reaches in 4 hours (GPUMemoryExhaustionPredicted).", unitMiB,
-			target(`gpu:dcgm_fi_dev_fb_used:avg1m{`+gpuSel+`}`, "used "+gpuLegend),
-			target(`gpu:dcgm_fi_dev_fb_used:min10m{`+gpuSel+`}`, "floor "+gpuLegend),
-			target(`gpu:dcgm_fi_dev_fb_used:predict_linear1h_4h{`+gpuSel+`}`, "in 4h "+gpuLegend),
-			target(`gpu:dcgm_fi_dev_fb_total:max1m{`+gpuSel+`}`, "total "+gpuLegend)).
+			target(`gpu:dcgm_fi_dev_fb_used:avg1m{`+gpuSel+`}`, "used "+gpuInstanceLegend),
+			target(`gpu:dcgm_fi_dev_fb_used:min10m{`+gpuSel+`}`, "floor "+gpuInstanceLegend),
+			target(`gpu:dcgm_fi_dev_fb_used:predict_linear1h_4h{`+gpuSel+`}`, "in 4h "+gpuInstanceLegend),
+			target(`gpu:dcgm_fi_dev_fb_total:max1m{`+gpuSel+`}`, "total "+gpuInstanceLegend)).
 			Min(0)).
 		WithPanel(timeseriesPanel("Framebuffer growth per 30 minutes", "Least-squares slope of used framebuffer over 30 minutes, in MiB per 30 minutes (a staircase of +2048 MiB every 30 minutes, the case study's leak, reads 2000-3000). GPUMemoryLeakSuspected wants the floor to rise over 256 MiB in each of three half-hours while utilisation stays steady.", unitMiB,
-			target(`gpu:dcgm_fi_dev_fb_used:deriv30m_per30m{`+gpuSel+`}`, gpuLegend)).
+			target(`gpu:dcgm_fi_dev_fb_used:deriv30m_per30m{`+gpuSel+`}`, gpuInstanceLegend)).
 			Thresholds(thresholds(256))).
 		WithRow(dashboard.NewRowBuilder("Alerts")).
 		WithPanel(tablePanel("Active alerts", "Alerts pending or firing now, from the built-in rule pack and your rule files (the ALERTS series).", unitCount,
