@@ -192,18 +192,7 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 			}
 		}
 		if d.containerMemory != nil {
-			for _, c := range g.containers {
-				lv := [...]string{info.ownLabels[0], info.ownLabels[1], c.id, c.name, c.image}
-				if g.set.has(fContainerMemory) {
-					if !c.memoryUnknown {
-						out = append(out, prometheus.MustNewConstMetric(d.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
-					}
-					out = append(out, prometheus.MustNewConstMetric(d.containerProcs, prometheus.GaugeValue, float64(c.processes), lv[:]...))
-				}
-				if g.set.has(fContainerSM) {
-					out = append(out, prometheus.MustNewConstMetric(d.containerSM, prometheus.GaugeValue, c.smPercent, lv[:]...))
-				}
-			}
+			out = appendContainers(out, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
 		}
 		for f := fieldID(0); f < numFields; f++ {
 			if !d.enabled.has(f) {
@@ -232,4 +221,23 @@ func (d *descs) lastSampleMetric(g *gpuSample) prometheus.Metric {
 		return nil
 	}
 	return prometheus.MustNewConstMetric(d.lastSample, prometheus.GaugeValue, float64(g.at.UnixNano())/1e9, g.info.ownLabels[0], g.info.ownLabels[1])
+}
+
+// appendContainers renders the per-container series of a GPU, or of a GPU
+// instance (instance labels after the container's). Memory the driver
+// withheld is left out, not published as 0.
+func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, set fieldSet, cs []containerUsage, gpu, uuid string, instance ...string) []prometheus.Metric {
+	for _, c := range cs {
+		lv := append([]string{gpu, uuid, c.id, c.name, c.image}, instance...)
+		if set.has(fContainerMemory) {
+			if !c.memoryUnknown {
+				out = append(out, prometheus.MustNewConstMetric(mem, prometheus.GaugeValue, c.memoryBytes, lv...))
+			}
+			out = append(out, prometheus.MustNewConstMetric(procs, prometheus.GaugeValue, float64(c.processes), lv...))
+		}
+		if set.has(fContainerSM) {
+			out = append(out, prometheus.MustNewConstMetric(sm, prometheus.GaugeValue, c.smPercent, lv...))
+		}
+	}
+	return out
 }

@@ -148,18 +148,7 @@ func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometh
 			}
 		}
 		if m.containerMemory != nil {
-			for _, c := range is.containers {
-				lv := [...]string{info.ownLabels[0], info.ownLabels[1], c.id, c.name, c.image, info.profile, info.ownLabels[3]}
-				if is.set.has(fContainerMemory) {
-					if !c.memoryUnknown {
-						out = append(out, prometheus.MustNewConstMetric(m.containerMemory, prometheus.GaugeValue, c.memoryBytes, lv[:]...))
-					}
-					out = append(out, prometheus.MustNewConstMetric(m.containerProcs, prometheus.GaugeValue, float64(c.processes), lv[:]...))
-				}
-				if is.set.has(fContainerSM) {
-					out = append(out, prometheus.MustNewConstMetric(m.containerSM, prometheus.GaugeValue, c.smPercent, lv[:]...))
-				}
-			}
+			out = appendContainers(out, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 		}
 		for f := fieldID(0); f < numFields; f++ {
 			if !d.enabled.has(f) || !instanceFields.has(f) {

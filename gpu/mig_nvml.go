@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -24,20 +23,20 @@ const migGPMSymbol = "nvmlGpmMigSampleGet"
 // instanceGPM are the GPM metrics read per GPU instance: the engine
 // activity ratios. PCIe and NVLink traffic is the physical GPU's and stays
 // on the parent.
-var instanceGPM = func() []int {
-	var idx []int
-	for i, m := range gpmMetrics {
+var instanceGPM = func() []gpmMetric {
+	var ms []gpmMetric
+	for _, m := range gpmMetrics {
 		if instanceFields.has(m.field) {
-			idx = append(idx, i)
+			ms = append(ms, m)
 		}
 	}
-	return idx
+	return ms
 }()
 
 var instanceGPMFields = func() []fieldID {
 	fs := make([]fieldID, len(instanceGPM))
-	for i, k := range instanceGPM {
-		fs[i] = gpmMetrics[k].field
+	for i, m := range instanceGPM {
+		fs[i] = m.field
 	}
 	return fs
 }()
@@ -372,32 +371,6 @@ func (b *nvmlBackend) readInstanceGPM(r *reader, g *nvmlGPU, in *nvmlInstance) {
 		}
 		return
 	}
-	st := in.gpm
-	cur := st.samples[st.cur]
-	if !r.ok(g.dev.GpmMigSampleGet(in.id, cur), instanceGPMFields...) {
-		st.primed = false
-		return
-	}
-	if st.primed {
-		st.req.Version = nvml.GPM_METRICS_GET_VERSION
-		st.req.NumMetrics = uint32(len(instanceGPM))
-		st.req.Sample1 = st.samples[1-st.cur]
-		st.req.Sample2 = cur
-		for i, k := range instanceGPM {
-			st.req.Metrics[i] = nvml.GpmMetric{MetricId: uint32(gpmMetrics[k].id)}
-		}
-		if r.ok(b.lib.GpmMetricsGet(&st.req), instanceGPMFields...) {
-			for i, k := range instanceGPM {
-				res, spec := &st.req.Metrics[i], gpmMetrics[k]
-				if !r.ok(nvml.Return(res.NvmlReturn), spec.field) {
-					continue
-				}
-				if v := res.Value * spec.scale; !math.IsNaN(v) && !math.IsInf(v, 0) {
-					r.s.setValue(spec.field, v) // DCGM leaves NaN blank
-				}
-			}
-		}
-	}
-	st.cur = 1 - st.cur
-	st.primed = true
+	take := func(s nvml.GpmSample) nvml.Return { return g.dev.GpmMigSampleGet(in.id, s) }
+	b.readGPMSample(r, in.gpm, take, instanceGPM, instanceGPMFields)
 }

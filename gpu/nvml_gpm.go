@@ -9,14 +9,7 @@ import (
 // gpmMetrics maps NVML GPM metrics to DCGM profiling fields with DCGM's
 // scaling (DcgmFieldIdToNvmlGpmMetricId): utilisations come in percent and
 // DCGM publishes ratios; throughputs come in MiB/s and DCGM publishes B/s.
-var gpmMetrics = [...]struct {
-	id    nvml.GpmMetricId
-	field fieldID
-	scale float64
-	// pcie, unless numFields, also gets the value: gpuscope's PCIe rate
-	// metric, sparing the 20 ms GetPcieThroughput call on GPUs with GPM.
-	pcie fieldID
-}{
+var gpmMetrics = []gpmMetric{
 	{nvml.GPM_METRIC_GRAPHICS_UTIL, fProfGrEngineActive, 0.01, numFields},
 	{nvml.GPM_METRIC_SM_UTIL, fProfSMActive, 0.01, numFields},
 	{nvml.GPM_METRIC_SM_OCCUPANCY, fProfSMOccupancy, 0.01, numFields},
@@ -26,6 +19,16 @@ var gpmMetrics = [...]struct {
 	{nvml.GPM_METRIC_PCIE_RX_PER_SEC, fProfPCIeRxBytes, 1 << 20, fPCIeRxRate},
 	{nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, fProfNVLinkTxBytes, 1 << 20, numFields},
 	{nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, fProfNVLinkRxBytes, 1 << 20, numFields},
+}
+
+// gpmMetric is one NVML GPM metric and the DCGM field it fills.
+type gpmMetric struct {
+	id    nvml.GpmMetricId
+	field fieldID
+	scale float64
+	// pcie, unless numFields, also gets the value: gpuscope's PCIe rate
+	// metric, sparing the 20 ms GetPcieThroughput call on GPUs with GPM.
+	pcie fieldID
 }
 
 var gpmFields = func() []fieldID {
@@ -86,21 +89,29 @@ func (b *nvmlBackend) readGPM(r *reader, g *nvmlGPU) {
 		}
 		return
 	}
+	b.readGPMSample(r, st, g.dev.GpmSampleGet, gpmMetrics, gpmFields)
+}
+
+// readGPMSample takes this cycle's sample with take into one of st's
+// buffers and, from the second cycle on, sets the fields of metrics from
+// it and the previous cycle's sample: GPM metrics are rates between two
+// samples, so the first cycle has none.
+func (b *nvmlBackend) readGPMSample(r *reader, st *gpmState, take func(nvml.GpmSample) nvml.Return, metrics []gpmMetric, fs []fieldID) {
 	cur := st.samples[st.cur]
-	if !r.ok(g.dev.GpmSampleGet(cur), gpmFields...) {
+	if !r.ok(take(cur), fs...) {
 		st.primed = false
 		return
 	}
 	if st.primed {
 		st.req.Version = nvml.GPM_METRICS_GET_VERSION
-		st.req.NumMetrics = uint32(len(gpmMetrics))
+		st.req.NumMetrics = uint32(len(metrics))
 		st.req.Sample1 = st.samples[1-st.cur]
 		st.req.Sample2 = cur
-		for i, m := range gpmMetrics {
+		for i, m := range metrics {
 			st.req.Metrics[i] = nvml.GpmMetric{MetricId: uint32(m.id)}
 		}
-		if r.ok(b.lib.GpmMetricsGet(&st.req), gpmFields...) {
-			for i, m := range gpmMetrics {
+		if r.ok(b.lib.GpmMetricsGet(&st.req), fs...) {
+			for i, m := range metrics {
 				res := &st.req.Metrics[i]
 				if !r.ok(nvml.Return(res.NvmlReturn), m.field) {
 					continue
