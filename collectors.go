@@ -17,6 +17,7 @@ import (
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 	"github.com/gpuscope/gpuscope/web"
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // This file is what `serve` and `agent` share: the node's name, the
@@ -66,21 +67,26 @@ func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger)
 	var (
 		c   nodeCollectors
 		err error
+		// One identity per cgroup for both collectors, so a container's
+		// GPU series carry the workload labels of its cAdvisor series.
+		workloads = workload.NewCache(nil)
 	)
 	if cfg.Cadvisor.Enabled {
 		c.cadvisor, err = cadvisor.New(cadvisor.Options{
-			Config:   cfg.Cadvisor,
-			Interval: cfg.ScrapeInterval(),
-			Logger:   logger.With("component", "cadvisor"),
+			Config:    cfg.Cadvisor,
+			Interval:  cfg.ScrapeInterval(),
+			Logger:    logger.With("component", "cadvisor"),
+			Workloads: workloads,
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
 	if cfg.GPU.Backend != gpu.BackendNone {
-		var lookup func(string) (string, string, bool)
+		var lookup func(string) (workload.Metadata, bool)
 		if c.cadvisor != nil {
-			// GPU processes' containers get cAdvisor's name and image.
+			// GPU processes' containers get cAdvisor's name, and their
+			// identity from the metadata cAdvisor's labels use.
 			lookup = c.cadvisor.Lookup
 		}
 		c.gpu, err = gpu.New(gpu.Options{
@@ -89,6 +95,7 @@ func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger)
 			Hostname:        nodeName,
 			Logger:          logger.With("component", "gpu"),
 			ContainerLookup: lookup,
+			Workloads:       workloads,
 		})
 		if err != nil {
 			return nil, err

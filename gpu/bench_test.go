@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // Run: go test -run '^$' -bench . -benchmem -count 6 ./gpu/
@@ -43,7 +45,7 @@ func BenchmarkNVMLCycle(b *testing.B) {
 	clock := newFakeClock()
 	o := mockOptions(m, clock)
 	o.ProcRoot = proc
-	o.ContainerLookup = func(string) (string, string, bool) { return "c", "img", true }
+	o.ContainerLookup = func(string) (workload.Metadata, bool) { return workload.Metadata{Name: "c", Image: "img"}, true }
 	c, _ := testCollector(b, o)
 	c.collectOnce(bg) // open NVML, fill the pid cache
 	benchCPU(b, func() {

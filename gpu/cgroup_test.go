@@ -7,6 +7,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 func TestCgroupIDFromProcFile(t *testing.T) {
@@ -122,7 +124,7 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	writeProc(t, proc, 1, "0::/z\n")
 	writeProc(t, proc, 2, "0::/a\n")
 	writeProc(t, proc, 3, "0::/a\n")
-	g := newContainerGrouper(proc, nil)
+	g := newContainerGrouper(proc, newContainerNamer(nil, nil))
 	g.beginCycle()
 	out, unresolved := g.group(
 		[]nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1}, {Pid: 2, UsedGpuMemory: 2}, {Pid: 3, UsedGpuMemory: 3}, {Pid: 4, UsedGpuMemory: 4}},
@@ -131,8 +133,8 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	g.endCycle()
 	require.Equal(t, 1, unresolved)
 	require.Equal(t, []containerUsage{
-		{id: "/a", memoryBytes: 5, smPercent: 100, processes: 2},
-		{id: "/z", memoryBytes: 1, processes: 1},
+		{id: "/a", workload: workload.Identity{Workload: "/a", Runtime: workload.RuntimeCgroup}, memoryBytes: 5, smPercent: 100, processes: 2},
+		{id: "/z", workload: workload.Identity{Workload: "/z", Runtime: workload.RuntimeCgroup}, memoryBytes: 1, processes: 1},
 	}, out)
 }
 

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // descs are the collector's metric descriptors, fixed at New: the label
@@ -41,7 +43,8 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 	}
 	dcgm = append(dcgm, "DCGM_FI_DRIVER_VERSION")
 	own := []string{"gpu", "UUID"}
-	container := []string{"gpu", "UUID", "id", "name", "image"}
+	// cAdvisor's id and name, then the workload labels (image among them).
+	container := append([]string{"gpu", "UUID", "id", "name"}, workload.LabelNames()...)
 
 	d := &descs{enabled: enabled}
 	for f := fieldID(0); f < numFields; f++ {
@@ -228,7 +231,7 @@ func (d *descs) lastSampleMetric(g *gpuSample) prometheus.Metric {
 // withheld is left out, not published as 0.
 func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, set fieldSet, cs []containerUsage, gpu, uuid string, instance ...string) []prometheus.Metric {
 	for _, c := range cs {
-		lv := append([]string{gpu, uuid, c.id, c.name, c.image}, instance...)
+		lv := append(append([]string{gpu, uuid, c.id, c.name}, c.workload.Values()...), instance...)
 		if set.has(fContainerMemory) {
 			if !c.memoryUnknown {
 				out = append(out, prometheus.MustNewConstMetric(mem, prometheus.GaugeValue, c.memoryBytes, lv...))

@@ -12,6 +12,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // Options are what the rest of gpuscope gives the GPU collector.
@@ -29,9 +31,16 @@ type Options struct {
 	// CgroupRoot is where the cgroup hierarchies are mounted (default
 	// "/sys/fs/cgroup"); the sim's CPU burner creates cgroups there.
 	CgroupRoot string
-	// ContainerLookup, when set, gives the name and image of a container
-	// by its cAdvisor id (cgroup path) for the name/image labels.
-	ContainerLookup func(id string) (name, image string, ok bool)
+	// ContainerLookup, when set, gives what cAdvisor knows of a container
+	// by its id (cgroup path): its name for the name label, and the
+	// metadata its workload identity is resolved from. cAdvisor's side
+	// resolves from the same metadata, so both find one cached identity.
+	ContainerLookup func(id string) (workload.Metadata, bool)
+	// Workloads gives each container its workload labels (workload,
+	// runtime, image, compose_*, slurm_*). Share it with the cAdvisor
+	// collector's so the two label a container alike; nil means a cache
+	// of this collector's own.
+	Workloads *workload.Cache
 	// NVML replaces the real library, for tests (go-nvml's mock). nil
 	// means nvml.New(), loaded on first use.
 	NVML nvml.Interface
@@ -116,6 +125,9 @@ func New(o Options) (*Collector, error) {
 	}
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
+	}
+	if o.Workloads == nil {
+		o.Workloads = workload.NewCache(nil)
 	}
 	if o.CgroupRoot == "" {
 		o.CgroupRoot = "/sys/fs/cgroup"

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -45,7 +47,9 @@ func TestGoldenExposition(t *testing.T) {
 
 			o := mockOptions(m, clock)
 			o.ProcRoot = proc
-			o.ContainerLookup = func(id string) (string, string, bool) { return "trainer", "nvcr.io/nvidia/pytorch:24.01-py3", true }
+			o.ContainerLookup = func(id string) (workload.Metadata, bool) {
+				return workload.Metadata{Name: "trainer", Image: "nvcr.io/nvidia/pytorch:24.01-py3"}, true
+			}
 			tc.configure(&o.Config)
 			c, reg := testCollector(t, o)
 			c.collectOnce(bg)

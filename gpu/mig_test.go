@@ -13,6 +13,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // migMachine puts GPU 0 of a mock machine in MIG mode as the mig scenario
@@ -296,7 +298,9 @@ func TestMIGGolden(t *testing.T) {
 	mm.setProcs(0, nvml.ProcessInfo{Pid: 100, UsedGpuMemory: 20000 << 20})
 	mm.setProcs(2, nvml.ProcessInfo{Pid: 200, UsedGpuMemory: 11000 << 20})
 	_, reg, _ := migCollector(t, mm, func(o *Options) {
-		o.ContainerLookup = func(id string) (string, string, bool) { return id[1:], "nvcr.io/nvidia/pytorch:24.01-py3", true }
+		o.ContainerLookup = func(id string) (workload.Metadata, bool) {
+			return workload.Metadata{Name: id[1:], Image: "nvcr.io/nvidia/pytorch:24.01-py3"}, true
+		}
 	})
 	got := exposition(t, reg)
 	path := filepath.Join("testdata", "nvml_mig.golden")

@@ -121,7 +121,7 @@ func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bo
 		withHost:    withHost,
 		fields:      fields,
 		eventWait:   defaultEventWait,
-		grouper:     newContainerGrouper(o.ProcRoot, o.ContainerLookup),
+		grouper:     newContainerGrouper(o.ProcRoot, newContainerNamer(o.ContainerLookup, o.Workloads)),
 	}
 }
 

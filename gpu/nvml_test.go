@@ -21,6 +21,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 func TestNVMLConversions(t *testing.T) {
@@ -625,11 +627,11 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 	m.procs[1] = []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: ^uint64(0)}, {Pid: 201, UsedGpuMemory: 5 << 20}} // 200: not available
 	o := mockOptions(m, clock)
 	o.ProcRoot = proc
-	o.ContainerLookup = func(id string) (string, string, bool) {
+	o.ContainerLookup = func(id string) (workload.Metadata, bool) {
 		if id == "/system.slice/docker-abc.scope" {
-			return "trainer", "pytorch:24.01", true
+			return workload.Metadata{Name: "trainer", Image: "pytorch:24.01"}, true
 		}
-		return "", "", false
+		return workload.Metadata{}, false
 	}
 	c, reg := testCollector(t, o)
 	c.collectOnce(bg)

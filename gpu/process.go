@@ -5,17 +5,17 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // containerGrouper turns a GPU's processes into per-container usage. One
 // grouper serves all GPUs of a backend; GPUs are read concurrently, so its
 // methods lock.
 type containerGrouper struct {
-	mu     sync.Mutex
-	pids   *pidResolver
-	lookup func(id string) (name, image string, ok bool)
-
-	names map[string][2]string // this cycle's ContainerLookup answers
+	mu    sync.Mutex
+	pids  *pidResolver
+	namer *containerNamer
 	// Scratch space reused across GPUs and cycles.
 	perPID map[uint32]pidUsage
 	byID   map[string]int
@@ -28,11 +28,10 @@ type pidUsage struct {
 	smSamples     int
 }
 
-func newContainerGrouper(procRoot string, lookup func(string) (string, string, bool)) *containerGrouper {
+func newContainerGrouper(procRoot string, namer *containerNamer) *containerGrouper {
 	return &containerGrouper{
 		pids:   newPIDResolver(procRoot),
-		lookup: lookup,
-		names:  map[string][2]string{},
+		namer:  namer,
 		perPID: map[uint32]pidUsage{},
 		byID:   map[string]int{},
 	}
@@ -42,7 +41,7 @@ func (g *containerGrouper) beginCycle() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pids.beginCycle()
-	clear(g.names)
+	g.namer.beginCycle()
 }
 
 func (g *containerGrouper) endCycle() {
@@ -100,8 +99,7 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		if !ok {
 			i = len(out)
 			g.byID[id] = i
-			name, image := g.containerName(id)
-			out = append(out, containerUsage{id: id, name: name, image: image})
+			out = append(out, g.namer.usage(id))
 		}
 		c := &out[i]
 		c.memoryBytes += u.memoryBytes
@@ -118,17 +116,40 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 	return out, unresolved
 }
 
-func (g *containerGrouper) containerName(id string) (string, string) {
-	if g.lookup == nil {
-		return "", ""
+// containerNamer gives a container its labels besides its id: cAdvisor's
+// name and the workload identity, from the cache shared with cAdvisor's
+// collector. Each id is looked up once per cycle; not safe for concurrent
+// use (the grouper calls it under its lock, the sim from its cycle).
+type containerNamer struct {
+	lookup func(id string) (workload.Metadata, bool)
+	cache  *workload.Cache
+	cycle  map[string]containerUsage // this cycle's answers, by id
+}
+
+func newContainerNamer(lookup func(string) (workload.Metadata, bool), cache *workload.Cache) *containerNamer {
+	if cache == nil {
+		cache = workload.NewCache(nil)
 	}
-	if n, ok := g.names[id]; ok {
-		return n[0], n[1]
+	return &containerNamer{lookup: lookup, cache: cache, cycle: map[string]containerUsage{}}
+}
+
+func (n *containerNamer) beginCycle() { clear(n.cycle) }
+
+// usage returns a containerUsage of id with its labels and no use yet.
+// Where cAdvisor knows the container, the identity is resolved from the
+// same metadata its collector's labels are (one cache entry, the same
+// labels on both sides); else from the path alone.
+func (n *containerNamer) usage(id string) containerUsage {
+	if c, ok := n.cycle[id]; ok {
+		return c
 	}
-	name, image, ok := g.lookup(id)
-	if !ok {
-		name, image = "", ""
+	var md workload.Metadata
+	if n.lookup != nil {
+		if m, ok := n.lookup(id); ok {
+			md = m
+		}
 	}
-	g.names[id] = [2]string{name, image}
-	return name, image
+	c := containerUsage{id: id, name: md.Name, workload: n.cache.Get(id, md)}
+	n.cycle[id] = c
+	return c
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // backend is where samples come from. The collector calls open until it
@@ -87,8 +89,10 @@ type xidCount struct {
 
 // containerUsage is what a container's processes use on one GPU.
 type containerUsage struct {
-	id, name, image string
-	memoryBytes     float64
+	id          string
+	name        string            // cAdvisor's name label
+	workload    workload.Identity // the workload labels, image among them
+	memoryBytes float64
 	// memoryUnknown: the driver withheld the memory of one of the
 	// container's processes; its memory series is omitted, not partial.
 	memoryUnknown bool

@@ -22,7 +22,7 @@ type simBackend struct {
 	logger   *slog.Logger
 	hostname string
 	withHost bool
-	lookup   func(string) (string, string, bool)
+	namer    *containerNamer
 	cgroups  string
 	now      func() time.Time
 
@@ -45,7 +45,7 @@ func newSimBackend(o *Options, fields fieldSet, withHost bool) *simBackend {
 		logger:          o.Logger,
 		hostname:        o.Hostname,
 		withHost:        withHost,
-		lookup:          o.ContainerLookup,
+		namer:           newContainerNamer(o.ContainerLookup, o.Workloads),
 		cgroups:         o.CgroupRoot,
 		now:             o.Now,
 		burnControllers: []string{"cpu", "cpuacct", "memory", "pids"},
@@ -108,7 +108,7 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 	t := now.Sub(b.start).Seconds() * b.cfg.TimeScale
 	dt := max(t-b.lastT, 0)
 	b.lastT = t
-	names := map[string][2]string{}
+	b.namer.beginCycle()
 	s := &sample{time: now, gpus: make([]gpuSample, len(b.gpus))}
 	for i, g := range b.gpus {
 		gs := &s.gpus[i]
@@ -135,9 +135,9 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 		s.read++
 		gs.at, g.lastAt = now, now
 		st := g.step(t, dt)
-		b.fill(gs, g, st, names)
+		b.fill(gs, g, st)
 		if g.mig != nil {
-			b.fillMIG(gs, g, names)
+			b.fillMIG(gs, g)
 		}
 	}
 	return s
@@ -157,7 +157,7 @@ func (b *simBackend) close() error {
 
 // fill turns a GPU state into a sample the way the NVML backend would have
 // read it: only enabled fields, DCGM units, MiB truncated.
-func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState, names map[string][2]string) {
+func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) {
 	set := func(f fieldID, v float64) {
 		if b.fields.has(f) {
 			s.setValue(f, v)
@@ -219,28 +219,11 @@ func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState, names map[string
 		s.set.add(fContainerMemory)
 		s.set.add(fContainerSM)
 		if st.process && g.container != "" {
-			name, image := b.containerName(g.container, names)
-			s.containers = []containerUsage{{
-				id: g.container, name: name, image: image,
-				memoryBytes: used * bytesPerMiB, smPercent: float64(int64(st.util)), processes: 1,
-			}}
+			c := b.namer.usage(g.container)
+			c.memoryBytes, c.smPercent, c.processes = used*bytesPerMiB, float64(int64(st.util)), 1
+			s.containers = []containerUsage{c}
 		}
 	}
-}
-
-func (b *simBackend) containerName(id string, names map[string][2]string) (string, string) {
-	if b.lookup == nil {
-		return "", ""
-	}
-	if n, ok := names[id]; ok {
-		return n[0], n[1]
-	}
-	name, image, ok := b.lookup(id)
-	if !ok {
-		name, image = "", ""
-	}
-	names[id] = [2]string{name, image}
-	return name, image
 }
 
 // simGPU is one simulated GPU and the state it accumulates.

@@ -87,7 +87,7 @@ func (g *simGPU) migStep(t float64, noise func(float64) float64) simState {
 // from a GPU in MIG mode: whole-GPU fields on the GPU, without the
 // utilisation NVML does not report in MIG mode, and instance fields per
 // GPU instance.
-func (b *simBackend) fillMIG(s *gpuSample, g *simGPU, names map[string][2]string) {
+func (b *simBackend) fillMIG(s *gpuSample, g *simGPU) {
 	s.dropInstanceFields()
 	for _, f := range []fieldID{fGPUUtil, fMemCopyUtil} {
 		if s.set.has(f) {
@@ -122,8 +122,9 @@ func (b *simBackend) fillMIG(s *gpuSample, g *simGPU, names map[string][2]string
 		is.unsupported.add(fContainerSM) // no per-process utilisation in MIG mode
 		if st.process && g.container != "" {
 			id := g.container + "/" + sp.job
-			name, image := b.containerName(id, names)
-			is.containers = []containerUsage{{id: id, name: name, image: image, memoryBytes: used * bytesPerMiB, processes: 1}}
+			c := b.namer.usage(id)
+			c.memoryBytes, c.processes = used*bytesPerMiB, 1
+			is.containers = []containerUsage{c}
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // TestSimMIG: the mig scenario is an H100 as 3g.40gb + 2 × 2g.20gb,
@@ -12,7 +14,9 @@ import (
 func TestSimMIG(t *testing.T) {
 	clock := newFakeClock()
 	o := simOptions(clock, SimGPU{Scenario: ScenarioMIG, Container: "/mig"}, SimGPU{Scenario: ScenarioTraining})
-	o.ContainerLookup = func(id string) (string, string, bool) { return "job" + id, "img", true }
+	o.ContainerLookup = func(id string) (workload.Metadata, bool) {
+		return workload.Metadata{Name: "job" + id, Image: "img"}, true
+	}
 	c, reg := testCollector(t, o)
 	serve := map[string][]float64{}
 	for range 40 {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 func simOptions(clock *fakeClock, gpus ...SimGPU) Options {
@@ -135,11 +137,11 @@ func TestSimScenarios(t *testing.T) {
 		SimGPU{Scenario: ScenarioInputBound},
 		SimGPU{Scenario: ScenarioMemoryBound},
 	)
-	o.ContainerLookup = func(id string) (string, string, bool) {
+	o.ContainerLookup = func(id string) (workload.Metadata, bool) {
 		if id == "/system.slice/docker-train.scope" {
-			return "train", "pytorch", true
+			return workload.Metadata{Name: "train", Image: "pytorch"}, true
 		}
-		return "", "", false
+		return workload.Metadata{}, false
 	}
 	c, reg := testCollector(t, o)
 	samples := map[string][]float64{}

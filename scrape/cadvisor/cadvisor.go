@@ -27,6 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // Options configure a Collector.
@@ -36,6 +38,11 @@ type Options struct {
 	// the caller passes the global scrape interval.
 	Interval time.Duration
 	Logger   *slog.Logger
+	// Workloads gives each container its workload labels (workload,
+	// runtime, image, compose_*, slurm_*). Share it with the GPU
+	// collector's so that both label a container alike; nil means a cache
+	// of this collector's own.
+	Workloads *workload.Cache
 }
 
 // Collector owns an in-process cAdvisor manager and the registry that
@@ -55,6 +62,7 @@ type Collector struct {
 	prefixes []string
 	envAllow []string
 	labels   metrics.ContainerLabelsFunc
+	cache    *workload.Cache
 
 	started  chan struct{}   // closed once Run has tried to create and start the manager
 	manager  manager.Manager // set before started is closed; nil if that failed
@@ -89,6 +97,9 @@ func New(o Options) (*Collector, error) {
 	if !o.Config.StoreContainerLabels {
 		labels = metrics.BaseContainerLabels(o.Config.ContainerLabelAllowlist)
 	}
+	if o.Workloads == nil {
+		o.Workloads = workload.NewCache(nil)
+	}
 	return &Collector{
 		logger:   o.Logger,
 		registry: prometheus.NewRegistry(),
@@ -96,7 +107,8 @@ func New(o Options) (*Collector, error) {
 		metrics:  set,
 		prefixes: prefixes,
 		envAllow: o.Config.EnvMetadataAllowlist,
-		labels:   labels,
+		labels:   withWorkload(labels, o.Workloads),
+		cache:    o.Workloads,
 		started:  make(chan struct{}),
 	}, nil
 }
@@ -130,6 +142,8 @@ func (c *Collector) start(ctx context.Context) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A forgotten container's identity leaves the cache with it.
+	m.SetEventSink(forgetDeleted{c.cache})
 	// Start creates the root container and those already there, each
 	// with its first housekeeping at once, so the first scrape after it
 	// has them.
@@ -243,29 +257,65 @@ func (c *Collector) Handler() http.Handler {
 // nothing until Run has started cAdvisor.
 func (c *Collector) Gatherer() prometheus.Gatherer { return c.registry }
 
-// Lookup returns the name and image cAdvisor knows for a container id (its
-// cgroup path), so other collectors can label their series the same way.
-// It never waits: before cAdvisor has discovered a container it is not
-// known, as for any container in its first moments.
-func (c *Collector) Lookup(id string) (name, image string, ok bool) {
+// Lookup returns what cAdvisor knows of a container by its id (its cgroup
+// path): the name (its first alias), image, labels and runtime that its
+// workload identity is resolved from, exactly as this collector's own
+// labels resolve it, so other collectors that pass it to the shared
+// workload.Cache label their series the same way and find the same cache
+// entry. It never waits: before cAdvisor has discovered a container it is
+// not known, as for any container in its first moments.
+func (c *Collector) Lookup(id string) (workload.Metadata, bool) {
 	select {
 	case <-c.started:
 	default:
-		return "", "", false
+		return workload.Metadata{}, false
 	}
 	if c.manager == nil || !c.manager.Exists(id) {
-		return "", "", false
+		return workload.Metadata{}, false
 	}
 	infos, err := c.manager.GetRequestedContainersInfo(id, info.RequestOptions{IdType: info.TypeName, Count: 1})
 	if err != nil {
-		return "", "", false
+		return workload.Metadata{}, false
 	}
 	ci, found := infos[id]
 	if !found || ci == nil {
-		return "", "", false
+		return workload.Metadata{}, false
 	}
+	return metadataOf(ci), true
+}
+
+// metadataOf is what cAdvisor tells the workload resolvers about ci.
+func metadataOf(ci *info.ContainerInfo) workload.Metadata {
+	md := workload.Metadata{Image: ci.Spec.Image, Labels: ci.Spec.Labels, Runtime: ci.Namespace}
 	if len(ci.Aliases) > 0 {
-		name = ci.Aliases[0]
+		md.Name = ci.Aliases[0]
 	}
-	return name, ci.Spec.Image, true
+	return md
+}
+
+// withWorkload adds each container's workload labels to those of labels,
+// which keeps cAdvisor's own (id, name, image, container_label_*,
+// container_env_*). image is replaced by the identity's, which is the
+// same Spec.Image made safe for a label value. The identity is computed
+// once per cgroup, not per scrape: the cache keeps it until cAdvisor
+// forgets the container (forgetDeleted).
+func withWorkload(labels metrics.ContainerLabelsFunc, cache *workload.Cache) metrics.ContainerLabelsFunc {
+	return func(ci *info.ContainerInfo) map[string]string {
+		set := labels(ci)
+		cache.Get(ci.Name, metadataOf(ci)).AddTo(set)
+		return set
+	}
+}
+
+// forgetDeleted is the manager's event sink: it drops the identity of each
+// container cAdvisor destroys, when its cgroup is gone. A scrape or a GPU
+// cycle that was reading the container at that moment may cache it again;
+// such strays are bounded by the cache's MaxEntries.
+type forgetDeleted struct{ cache *workload.Cache }
+
+func (f forgetDeleted) AddEvent(e *info.Event) error {
+	if e.EventType == info.EventContainerDeletion {
+		f.cache.Forget(e.ContainerName)
+	}
+	return nil
 }

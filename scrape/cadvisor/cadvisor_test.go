@@ -19,6 +19,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 func TestMetricSet(t *testing.T) {
@@ -70,9 +72,10 @@ func TestCollectorSeesANewCgroup(t *testing.T) {
 		return true
 	}, 20*time.Second, 100*time.Millisecond, "container %s in /metrics/cadvisor", id)
 
-	_, _, ok := c.Lookup(id)
+	md, ok := c.Lookup(id)
 	require.True(t, ok, "Lookup knows the cgroup")
-	_, _, ok = c.Lookup("/no-such-cgroup")
+	require.Equal(t, workload.Metadata{}, md, "a raw cgroup has no name, image, labels or runtime")
+	_, ok = c.Lookup("/no-such-cgroup")
 	require.False(t, ok)
 }
 
@@ -94,7 +97,7 @@ func TestScrapeBeforeRun(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/cadvisor", nil).WithContext(ctx))
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	require.Contains(t, rec.Body.String(), "cAdvisor is still starting")
-	_, _, ok := c.Lookup("/")
+	_, ok := c.Lookup("/")
 	require.False(t, ok, "no manager yet: no container is known")
 
 	runCollector(t, c)
@@ -104,7 +107,7 @@ func TestScrapeBeforeRun(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Contains(t, rec.Body.String(), "machine_cpu_cores ", "cAdvisor's machine metrics")
 	require.Contains(t, rec.Body.String(), `container_cpu_usage_seconds_total{cpu="total",id="/"`, "the root cgroup's stats are in the first scrape")
-	require.Eventually(t, func() bool { _, _, ok := c.Lookup("/"); return ok }, 20*time.Second, 50*time.Millisecond, "the root cgroup, once housekeeping has run")
+	require.Eventually(t, func() bool { _, ok := c.Lookup("/"); return ok }, 20*time.Second, 50*time.Millisecond, "the root cgroup, once housekeeping has run")
 }
 
 func TestNewRejectsZeroInterval(t *testing.T) {
