@@ -123,33 +123,47 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 type containerNamer struct {
 	lookup func(id string) (workload.Metadata, bool)
 	cache  *workload.Cache
-	cycle  map[string]containerUsage // this cycle's answers, by id
+	// This cycle's answers: an index into labels by id. The labels live
+	// in a slice reused across cycles, as a map would allocate each of
+	// these values (too large to be stored in its buckets).
+	index  map[string]int
+	labels []containerLabels
+}
+
+type containerLabels struct {
+	name     string
+	workload workload.Identity
 }
 
 func newContainerNamer(lookup func(string) (workload.Metadata, bool), cache *workload.Cache) *containerNamer {
 	if cache == nil {
 		cache = workload.NewCache(nil)
 	}
-	return &containerNamer{lookup: lookup, cache: cache, cycle: map[string]containerUsage{}}
+	return &containerNamer{lookup: lookup, cache: cache, index: map[string]int{}}
 }
 
-func (n *containerNamer) beginCycle() { clear(n.cycle) }
+func (n *containerNamer) beginCycle() {
+	clear(n.index)
+	clear(n.labels) // let the strings of the previous cycle go
+	n.labels = n.labels[:0]
+}
 
 // usage returns a containerUsage of id with its labels and no use yet.
 // Where cAdvisor knows the container, the identity is resolved from the
 // same metadata its collector's labels are (one cache entry, the same
 // labels on both sides); else from the path alone.
 func (n *containerNamer) usage(id string) containerUsage {
-	if c, ok := n.cycle[id]; ok {
-		return c
-	}
-	var md workload.Metadata
-	if n.lookup != nil {
-		if m, ok := n.lookup(id); ok {
-			md = m
+	i, ok := n.index[id]
+	if !ok {
+		var md workload.Metadata
+		if n.lookup != nil {
+			if m, found := n.lookup(id); found {
+				md = m
+			}
 		}
+		i = len(n.labels)
+		n.labels = append(n.labels, containerLabels{name: md.Name, workload: n.cache.Get(id, md)})
+		n.index[id] = i
 	}
-	c := containerUsage{id: id, name: md.Name, workload: n.cache.Get(id, md)}
-	n.cycle[id] = c
-	return c
+	return containerUsage{id: id, name: n.labels[i].name, workload: n.labels[i].workload}
 }
