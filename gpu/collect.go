@@ -197,21 +197,7 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 		if d.containerMemory != nil {
 			out = appendContainers(out, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
 		}
-		for f := fieldID(0); f < numFields; f++ {
-			if !d.enabled.has(f) {
-				continue
-			}
-			var v float64
-			switch {
-			case g.set.has(f):
-				v = 1
-			case g.unsupported.has(f):
-				v = 0
-			default:
-				continue
-			}
-			out = append(out, prometheus.MustNewConstMetric(d.fieldSupported, prometheus.GaugeValue, v, info.ownLabels[0], info.ownLabels[1], fields[f].name))
-		}
+		out = appendSupported(out, d.fieldSupported, d.enabled, g.set, g.unsupported, info.ownLabels[0], info.ownLabels[1])
 		out = d.renderInstances(out, g)
 	}
 	return out
@@ -241,6 +227,28 @@ func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, 
 		if set.has(fContainerSM) {
 			out = append(out, prometheus.MustNewConstMetric(sm, prometheus.GaugeValue, c.smPercent, lv...))
 		}
+	}
+	return out
+}
+
+// appendSupported renders gpuscope_gpu_field_supported for the fields of
+// enabled that a GPU (or GPU instance: its labels after the field's) read
+// (1) or cannot give (0); fields neither read nor refused are left out.
+func appendSupported(out []prometheus.Metric, desc *prometheus.Desc, enabled, set, unsupported fieldSet, gpu, uuid string, instance ...string) []prometheus.Metric {
+	for f := fieldID(0); f < numFields; f++ {
+		if !enabled.has(f) {
+			continue
+		}
+		var v float64
+		switch {
+		case set.has(f):
+			v = 1
+		case unsupported.has(f):
+			v = 0
+		default:
+			continue
+		}
+		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, append([]string{gpu, uuid, fields[f].name}, instance...)...))
 	}
 	return out
 }

@@ -150,22 +150,7 @@ func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometh
 		if m.containerMemory != nil {
 			out = appendContainers(out, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 		}
-		for f := fieldID(0); f < numFields; f++ {
-			if !d.enabled.has(f) || !instanceFields.has(f) {
-				continue
-			}
-			var v float64
-			switch {
-			case is.set.has(f):
-				v = 1
-			case is.unsupported.has(f):
-				v = 0
-			default:
-				continue
-			}
-			out = append(out, prometheus.MustNewConstMetric(m.fieldSupported, prometheus.GaugeValue, v,
-				info.ownLabels[0], info.ownLabels[1], fields[f].name, info.profile, info.ownLabels[3]))
-		}
+		out = appendSupported(out, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 	}
 	return out
 }
