@@ -140,8 +140,8 @@ func TestImage(t *testing.T) {
 	t.Logf("image ready %s after start of test", time.Since(start).Round(time.Second))
 	require.Contains(t, pkgtest.Get(t, url+"/api/v1/status/buildinfo"), `"version":"`+version+`"`)
 	// cAdvisor reads the host's cgroups through the /sys mount: the root
-	// cgroup is there.
-	require.Contains(t, pkgtest.Get(t, url+"/metrics/cadvisor"), `container_cpu_usage_seconds_total{cpu="total",id="/"}`)
+	// cgroup is there, with its workload identity (a raw cgroup).
+	require.Contains(t, pkgtest.Get(t, url+"/metrics/cadvisor"), `container_cpu_usage_seconds_total{cpu="total",id="/",runtime="cgroup",workload="/"}`)
 	// --uts host: the node name, and so `instance`, is the host's name.
 	host, err := os.Hostname()
 	require.NoError(t, err)
