@@ -55,14 +55,26 @@ type Label struct {
 	Name, Value string
 }
 
+// pairs is every label of the identity, empty values included, in the
+// order of LabelNames; an array, so the callers below allocate nothing
+// they do not return.
+func (id Identity) pairs() [8]Label {
+	return [8]Label{
+		{LabelWorkload, id.Workload}, {LabelRuntime, id.Runtime}, {LabelImage, id.Image},
+		{LabelComposeProject, id.ComposeProject}, {LabelComposeService, id.ComposeService},
+		{LabelSlurmJobID, id.SlurmJob}, {LabelSlurmStep, id.SlurmStep}, {LabelSlurmUser, id.SlurmUser},
+	}
+}
+
 // LabelNames returns every label name Identity can carry, in a fixed
 // order (the order of Values). It returns a new slice each call.
 func LabelNames() []string {
-	return []string{
-		LabelWorkload, LabelRuntime, LabelImage,
-		LabelComposeProject, LabelComposeService,
-		LabelSlurmJobID, LabelSlurmStep, LabelSlurmUser,
+	ps := Identity{}.pairs()
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
 	}
+	return names
 }
 
 // Values returns the label values in LabelNames order, "" where unknown:
@@ -70,30 +82,21 @@ func LabelNames() []string {
 // prometheus.MustNewConstMetric. Prometheus treats an empty label value
 // as an absent label, so this and Labels store the same series.
 func (id Identity) Values() []string {
-	return []string{
-		id.Workload, id.Runtime, id.Image,
-		id.ComposeProject, id.ComposeService,
-		id.SlurmJob, id.SlurmStep, id.SlurmUser,
+	ps := id.pairs()
+	vals := make([]string, len(ps))
+	for i, p := range ps {
+		vals[i] = p.Value
 	}
+	return vals
 }
 
 // Labels returns the label pairs with a value, in LabelNames order; empty
 // values are left out (an empty label is an absent label in Prometheus).
 func (id Identity) Labels() []Label {
-	names := [...]string{
-		LabelWorkload, LabelRuntime, LabelImage,
-		LabelComposeProject, LabelComposeService,
-		LabelSlurmJobID, LabelSlurmStep, LabelSlurmUser,
-	}
-	vals := [...]string{
-		id.Workload, id.Runtime, id.Image,
-		id.ComposeProject, id.ComposeService,
-		id.SlurmJob, id.SlurmStep, id.SlurmUser,
-	}
-	out := make([]Label, 0, len(names))
-	for i, v := range vals {
-		if v != "" {
-			out = append(out, Label{Name: names[i], Value: v})
+	var out []Label
+	for _, p := range id.pairs() {
+		if p.Value != "" {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -103,8 +106,11 @@ func (id Identity) Labels() []Label {
 // there: for cAdvisor's ContainerLabelsFunc, whose map already holds id,
 // name and image (image is the same Spec.Image, made safe here).
 func (id Identity) AddTo(m map[string]string) {
-	for _, l := range id.Labels() {
-		m[l.Name] = l.Value
+	// Called for every container at every cAdvisor scrape: no slice.
+	for _, p := range id.pairs() {
+		if p.Value != "" {
+			m[p.Name] = p.Value
+		}
 	}
 }
 
