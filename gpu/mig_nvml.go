@@ -33,13 +33,7 @@ var instanceGPM = func() []gpmMetric {
 	return ms
 }()
 
-var instanceGPMFields = func() []fieldID {
-	fs := make([]fieldID, len(instanceGPM))
-	for i, m := range instanceGPM {
-		fs[i] = m.field
-	}
-	return fs
-}()
+var instanceGPMFields = gpmFieldsOf(instanceGPM)
 
 // migState is what the NVML backend keeps of a GPU's MIG configuration.
 // The instances are enumerated again every cycle (a handful of cheap

@@ -31,13 +31,16 @@ type gpmMetric struct {
 	pcie fieldID
 }
 
-var gpmFields = func() []fieldID {
-	fs := make([]fieldID, len(gpmMetrics))
-	for i, m := range gpmMetrics {
+var gpmFields = gpmFieldsOf(gpmMetrics)
+
+// gpmFieldsOf lists the DCGM fields that metrics fill, in their order.
+func gpmFieldsOf(metrics []gpmMetric) []fieldID {
+	fs := make([]fieldID, len(metrics))
+	for i, m := range metrics {
 		fs[i] = m.field
 	}
 	return fs
-}()
+}
 
 // gpmState holds the two GPM sample buffers of a GPU. GPM metrics are
 // computed from two samples taken one interval apart, so each cycle takes
