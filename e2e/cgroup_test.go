@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func newCgroup(t *testing.T, name string) *testCgroup {
 			if unix.Statfs(p, &cst) == nil && cst.Type == unix.CGROUP_SUPER_MAGIC {
 				// cpu and cpuacct may be one hierarchy under two names.
 				real, err := filepath.EvalSymlinks(p)
-				if err == nil && !contains(bases, real) {
+				if err == nil && !slices.Contains(bases, real) {
 					bases = append(bases, real)
 				}
 			}
@@ -112,15 +113,6 @@ func favourContainerCPU(t *testing.T, id string) {
 		return nil
 	})
 	favourCPU(t, dirs...)
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // burn starts a busy-loop child in the cgroup and returns it.

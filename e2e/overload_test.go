@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,8 +293,8 @@ func newAppCgroup(t *testing.T, name string, memoryLimit int64) *appCgroup {
 		cg.dirs = append(cg.dirs, d)
 		return d, nil
 	}
-	write := func(dir, file string, v int64) error {
-		return os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(v, 10)), 0o644)
+	write := func(dir, file string, v string) error {
+		return os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644)
 	}
 	if cg.v2 {
 		ctl := filepath.Join(cgroupRoot, "cgroup.subtree_control")
@@ -306,11 +307,11 @@ func newAppCgroup(t *testing.T, name string, memoryLimit int64) *appCgroup {
 			t.Skipf("kernel refused to create cgroup %s (the test needs root): %v", filepath.Join(cgroupRoot, name), err)
 		}
 		cg.dir = d
-		if err := write(d, "memory.max", memoryLimit); err != nil {
+		if err := write(d, "memory.max", strconv.FormatInt(memoryLimit, 10)); err != nil {
 			t.Skipf("kernel refused the memory limit of %s: %v", d, err)
 		}
 		if cpuErr == nil {
-			cpuErr = write(d, "cpu.weight", 1000)
+			cpuErr = os.WriteFile(filepath.Join(d, "cpu.weight"), []byte(cpuWeights["cpu.weight"]), 0o644)
 		}
 		if cpuErr != nil {
 			t.Logf("no CPU weight for %s: %v", d, cpuErr)
@@ -319,10 +320,10 @@ func newAppCgroup(t *testing.T, name string, memoryLimit int64) *appCgroup {
 	}
 	for _, c := range []struct {
 		controller, limitFile string
-		value                 int64
+		value                 string
 	}{
-		{"memory", "memory.limit_in_bytes", memoryLimit},
-		{"cpu", "cpu.shares", 10 * 1024},
+		{"memory", "memory.limit_in_bytes", strconv.FormatInt(memoryLimit, 10)},
+		{"cpu", "cpu.shares", cpuWeights["cpu.shares"]},
 	} {
 		mount := filepath.Join(cgroupRoot, c.controller)
 		parent := mount
@@ -370,7 +371,7 @@ func ownCgroup(controller string) string {
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		parts := strings.SplitN(s.Text(), ":", 3)
-		if len(parts) == 3 && contains(strings.Split(parts[1], ","), controller) {
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), controller) {
 			return parts[2]
 		}
 	}
@@ -451,9 +452,9 @@ func newCPUCgroup(t *testing.T, name string) *appCgroup {
 		return nil
 	}
 	cg := &appCgroup{v2: st.Type == unix.CGROUP2_SUPER_MAGIC}
-	parent, file, value := filepath.Join(cgroupRoot, "cpu"), "cpu.shares", "10240"
+	parent, file := filepath.Join(cgroupRoot, "cpu"), "cpu.shares"
 	if cg.v2 {
-		parent, file, value = cgroupRoot, "cpu.weight", "1000"
+		parent, file = cgroupRoot, "cpu.weight"
 		if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+cpu"), 0o644); err != nil {
 			t.Logf("no CPU weight: kernel refused to enable the cpu controller: %v", err)
 			return nil
@@ -469,7 +470,7 @@ func newCPUCgroup(t *testing.T, name string) *appCgroup {
 		return nil
 	}
 	t.Cleanup(func() { removeCgroup(t, d) })
-	if err := os.WriteFile(filepath.Join(d, file), []byte(value), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d, file), []byte(cpuWeights[file]), 0o644); err != nil {
 		t.Logf("no CPU weight for %s: %v", d, err)
 		return nil
 	}
