@@ -2,8 +2,10 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +145,12 @@ func TestLoadErrors(t *testing.T) {
 		{"CORS origin not a regexp", "web:\n  cors_origin: '(('\n", "test.yml:2: web.cors_origin: \"((\" is not a regular expression: error parsing regexp: missing closing ): `^(?:(()$`"},
 		{"unknown backend", "gpu:\n  backend: cuda\n", `test.yml:2: gpu.backend: unknown backend "cuda" (want auto, nvml, sim or none)`},
 		{"unknown cAdvisor metric set", "cadvisor:\n  enable_metrics: [gpu]\n", `test.yml:2: cadvisor.enable_metrics: unknown metric set "gpu" (known: advtcp, app, cpu, cpuLoad, cpu_topology, cpuset, disk, diskIO, hugetlb, memory, memory_numa, network, oom_event, percpu, perf_event, pressure, process, referenced_memory, resctrl, sched, tcp, udp)`},
+		{"docker endpoint without a scheme", "cadvisor:\n  docker_endpoint: /run/docker.sock\n", `test.yml:2: cadvisor.docker_endpoint: "/run/docker.sock" is not a unix:// or tcp:// address (e.g. unix:///var/run/docker.sock)`},
+		{"docker endpoint with a relative socket", "cadvisor:\n  docker_endpoint: unix://docker.sock\n", `test.yml:2: cadvisor.docker_endpoint: "unix://docker.sock" names no absolute socket path (e.g. unix:///var/run/docker.sock)`},
+		{"docker endpoint tcp without a host", "cadvisor:\n  docker_endpoint: 'tcp://'\n", `test.yml:2: cadvisor.docker_endpoint: "tcp://" names no host:port (e.g. tcp://127.0.0.1:2375)`},
+		{"podman endpoint over tcp", "cadvisor:\n  podman_endpoint: tcp://127.0.0.1:8888\n", `test.yml:2: cadvisor.podman_endpoint: "tcp://127.0.0.1:8888" is not a unix:// address (e.g. unix:///var/run/podman/podman.sock)`},
+		{"containerd endpoint as a URL", "cadvisor:\n  containerd_endpoint: unix:///run/containerd/containerd.sock\n", `test.yml:2: cadvisor.containerd_endpoint: "unix:///run/containerd/containerd.sock" is not an absolute socket path (e.g. /run/containerd/containerd.sock)`},
+		{"containerd endpoint empty", "cadvisor:\n  containerd_endpoint: ''\n", `test.yml:2: cadvisor.containerd_endpoint: "" is not an absolute socket path (e.g. /run/containerd/containerd.sock)`},
 		{"relabel action", "scrape_configs:\n  - job_name: a\n    relabel_configs:\n      - action: foo\n", `test.yml:4: scrape_configs[0].relabel_configs[0].action: unknown relabel action "foo"`},
 		{"scrape timeout above the job's interval", "global:\n  scrape_interval: 1m\nscrape_configs:\n  - job_name: a\n    scrape_timeout: 3m\n", `test.yml:4: scrape_configs[0]: scrape timeout greater than scrape interval for scrape config with job name "a"`},
 		{"scrape timeout above gpuscope's default interval", "global:\n  scrape_timeout: 20s\n", "test.yml:1: global: with gpuscope's default 15s intervals: global scrape timeout greater than scrape interval"},
@@ -324,5 +332,9 @@ func TestLocate(t *testing.T) {
 	require.EqualError(t, c.Locate(errors.New(`scrape_configs: job_name "gpu" is reserved`)), `test.yml:5: scrape_configs[1]: job_name "gpu" is reserved`)
 	require.EqualError(t, c.Locate(errors.New("something else")), "test.yml: something else")
 	require.NoError(t, c.Locate(nil))
-	require.EqualError(t, Default(nil).Locate(errors.New("gpu.backend: x")), "line 74: gpu.backend: x")
+	// The embedded defaults locate errors by the line of the key in
+	// config/gpuscope.yml.
+	line := 1 + slices.IndexFunc(strings.Split(string(defaultFile), "\n"), func(l string) bool { return strings.HasPrefix(l, "  backend:") })
+	require.Positive(t, line-1)
+	require.EqualError(t, Default(nil).Locate(errors.New("gpu.backend: x")), fmt.Sprintf("line %d: gpu.backend: x", line))
 }

@@ -63,6 +63,7 @@ type Collector struct {
 	envAllow []string
 	labels   metrics.ContainerLabelsFunc
 	cache    *workload.Cache
+	config   Config
 
 	started  chan struct{}   // closed once Run has tried to create and start the manager
 	manager  manager.Manager // set before started is closed; nil if that failed
@@ -109,6 +110,7 @@ func New(o Options) (*Collector, error) {
 		envAllow: o.Config.EnvMetadataAllowlist,
 		labels:   withWorkload(labels, o.Workloads),
 		cache:    o.Workloads,
+		config:   o.Config,
 		started:  make(chan struct{}),
 	}, nil
 }
@@ -207,6 +209,9 @@ func (c *Collector) newManager() (manager.Manager, error) {
 	// returns and still read it.
 	if *manager.HousekeepingInterval != c.interval {
 		*manager.HousekeepingInterval = c.interval
+	}
+	if err := c.config.setRuntimeEndpoints(); err != nil {
+		return nil, err
 	}
 	maxInterval := max(60*time.Second, c.interval)
 	allowDynamic := true

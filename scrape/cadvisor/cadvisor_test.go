@@ -3,6 +3,7 @@ package cadvisor
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -258,4 +259,23 @@ func TestOOMKillCounted(t *testing.T) {
 	require.Equal(t, syscall.SIGKILL, status.Signal(), "killed by the OOM killer: %v", err)
 
 	require.Eventually(t, func() bool { n, _ := oomEvents(); return n == 1 }, 20*time.Second, 50*time.Millisecond, "one OOM kill counted for %s", id)
+}
+
+// TestRuntimeEndpoints: the configured sockets reach the flags cAdvisor's
+// runtime clients dial, and an unset one keeps cAdvisor's default.
+func TestRuntimeEndpoints(t *testing.T) {
+	before := map[string]string{}
+	for _, name := range []string{"docker", "podman", "containerd"} {
+		before[name] = flag.Lookup(name).Value.String()
+	}
+	t.Cleanup(func() {
+		for name, v := range before {
+			require.NoError(t, flag.Set(name, v))
+		}
+	})
+	c := Config{DockerEndpoint: "unix:///tmp/gpuscope-test/docker.sock", PodmanEndpoint: "unix:///tmp/gpuscope-test/podman.sock"}
+	require.NoError(t, c.setRuntimeEndpoints())
+	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", flag.Lookup("docker").Value.String())
+	require.Equal(t, "unix:///tmp/gpuscope-test/podman.sock", flag.Lookup("podman").Value.String())
+	require.Equal(t, before["containerd"], flag.Lookup("containerd").Value.String())
 }

@@ -4,7 +4,9 @@
 package cadvisor
 
 import (
+	"flag"
 	"fmt"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -42,7 +44,22 @@ type Config struct {
 	// ContainerLabelAllowlist names container labels exported when
 	// StoreContainerLabels is off.
 	ContainerLabelAllowlist []string `yaml:"container_label_allowlist"`
+	// DockerEndpoint, PodmanEndpoint and ContainerdEndpoint are the
+	// runtimes' API sockets that cAdvisor asks for container names, images
+	// and labels (its --docker, --podman and --containerd flags). cAdvisor
+	// tries each once, when gpuscope starts; a runtime absent then is
+	// measured as raw cgroups until the next start.
+	DockerEndpoint     string `yaml:"docker_endpoint"`
+	PodmanEndpoint     string `yaml:"podman_endpoint"`
+	ContainerdEndpoint string `yaml:"containerd_endpoint"`
 }
+
+// The runtimes' default endpoints, as cAdvisor's flags have them.
+const (
+	DefaultDockerEndpoint     = "unix:///var/run/docker.sock"
+	DefaultPodmanEndpoint     = "unix:///var/run/podman/podman.sock"
+	DefaultContainerdEndpoint = "/run/containerd/containerd.sock"
+)
 
 // DefaultDisabledMetrics are the metric sets cAdvisor's binary disables by
 // default (its --disable_metrics default), plus percpu, which the kubelet
@@ -72,13 +89,66 @@ var DefaultDisabledMetrics = []container.MetricKind{
 
 // DefaultConfig returns the settings used when the config file says nothing.
 func DefaultConfig() Config {
-	return Config{Enabled: true}
+	return Config{
+		Enabled:            true,
+		DockerEndpoint:     DefaultDockerEndpoint,
+		PodmanEndpoint:     DefaultPodmanEndpoint,
+		ContainerdEndpoint: DefaultContainerdEndpoint,
+	}
 }
 
-// Validate reports unknown metric set names.
+// Validate reports unknown metric set names and endpoints cAdvisor's
+// clients cannot dial.
 func (c Config) Validate() error {
-	_, err := c.MetricSet()
-	return err
+	if _, err := c.MetricSet(); err != nil {
+		return err
+	}
+	// Docker's client takes unix:// and tcp:// hosts; cAdvisor's Podman
+	// client only unix://; its containerd client a socket path.
+	if err := checkEndpoint("cadvisor.docker_endpoint", c.DockerEndpoint, DefaultDockerEndpoint, "unix", "tcp"); err != nil {
+		return err
+	}
+	if err := checkEndpoint("cadvisor.podman_endpoint", c.PodmanEndpoint, DefaultPodmanEndpoint, "unix"); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(c.ContainerdEndpoint, "/") {
+		return fmt.Errorf("cadvisor.containerd_endpoint: %q is not an absolute socket path (e.g. %s)", c.ContainerdEndpoint, DefaultContainerdEndpoint)
+	}
+	return nil
+}
+
+func checkEndpoint(key, endpoint, example string, schemes ...string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || !slices.Contains(schemes, u.Scheme) {
+		return fmt.Errorf("%s: %q is not a %s:// address (e.g. %s)", key, endpoint, strings.Join(schemes, ":// or "), example)
+	}
+	if u.Scheme == "unix" && !strings.HasPrefix(u.Path, "/") {
+		return fmt.Errorf("%s: %q names no absolute socket path (e.g. %s)", key, endpoint, example)
+	}
+	if u.Scheme == "tcp" && u.Host == "" {
+		return fmt.Errorf("%s: %q names no host:port (e.g. tcp://127.0.0.1:2375)", key, endpoint)
+	}
+	return nil
+}
+
+// setRuntimeEndpoints points cAdvisor's runtime clients at the configured
+// sockets. cAdvisor reads them from flags of its runtime packages, not
+// from options, and each client dials once per process, so they are set
+// before the manager (and so the clients) exist.
+func (c Config) setRuntimeEndpoints() error {
+	for _, f := range []struct{ flag, value string }{
+		{"docker", c.DockerEndpoint},
+		{"podman", c.PodmanEndpoint},
+		{"containerd", c.ContainerdEndpoint},
+	} {
+		if f.value == "" {
+			continue // not from a config file (a test's zero Config): cAdvisor's default
+		}
+		if err := flag.CommandLine.Set(f.flag, f.value); err != nil {
+			return fmt.Errorf("set cAdvisor's --%s endpoint: %w", f.flag, err)
+		}
+	}
+	return nil
 }
 
 // MetricSet resolves the enabled metric sets: cAdvisor's full set, minus its
