@@ -125,6 +125,18 @@ type SimGPU struct {
 	// /system.slice/docker-abc.scope). Default /gpuscope-sim/gpu<index>
 	// for every scenario but idle, which has no process.
 	Container string `yaml:"container"`
+	// PID makes the GPU's process a real host process: each cycle its
+	// container is found as the NVML backend finds a GPU process's
+	// (/proc/<pid>/cgroup, then cAdvisor's id and the workload labels),
+	// and Container is not used. For demos and tests: give it the pid of
+	// a process in a Docker container (docker inspect -f '{{.State.Pid}}')
+	// and the GPU's use shows under that container's name and image. A
+	// pid that does not exist or exits is what a vanished process is to
+	// the NVML backend: no per-container series, and a read error counted
+	// in gpuscope_gpu_collector_errors_total. Needs gpuscope in the
+	// host's pid namespace. Not with scenarios idle (no process) and mig
+	// (two jobs); 0: none.
+	PID int `yaml:"pid"`
 	// LostAt makes the GPU fall off the bus this long (simulated time)
 	// after the sim starts: every read answers NVML's GPU_IS_LOST, as a
 	// real GPU does after XID 79, until LostFor has passed (0: for good).
@@ -234,6 +246,9 @@ func (s SimConfig) validate() error {
 		if g.LostFor > 0 && g.LostAt == 0 {
 			return fmt.Errorf("gpu.sim.gpus[%d].lost_for: set lost_at too (when the GPU falls off the bus)", i)
 		}
+		if err := g.validatePID(); err != nil {
+			return fmt.Errorf("gpu.sim.gpus[%d].pid: %w", i, err)
+		}
 		if g.Container != "" {
 			if err := validCgroupID(g.Container); err != nil {
 				return fmt.Errorf("gpu.sim.gpus[%d].container: %w", i, err)
@@ -242,6 +257,25 @@ func (s SimConfig) validate() error {
 				return fmt.Errorf("gpu.sim.gpus[%d].container: the root cgroup cannot be a burning container", i)
 			}
 		}
+	}
+	return nil
+}
+
+// maxPID is the largest pid Linux gives (PID_MAX_LIMIT on 64-bit).
+const maxPID = 1 << 22
+
+func (g SimGPU) validatePID() error {
+	switch {
+	case g.PID == 0:
+		return nil
+	case g.PID < 0:
+		return fmt.Errorf("must not be negative, got %d (a host process id, or 0 for none)", g.PID)
+	case g.PID > maxPID:
+		return fmt.Errorf("%d is above the largest Linux pid (%d)", g.PID, maxPID)
+	case g.Scenario == "" || g.Scenario == ScenarioIdle:
+		return errors.New("an idle GPU runs no process; set a scenario such as training")
+	case g.Scenario == ScenarioMIG:
+		return errors.New("not with the mig scenario, whose two jobs run in <container>/train and <container>/serve")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -23,6 +24,11 @@ type simBackend struct {
 	hostname string
 	withHost bool
 	namer    *containerNamer
+	// grouper joins the GPUs given a host pid (gpu.sim.gpus[i].pid) to
+	// the pid's container exactly as the NVML backend joins a real GPU
+	// process; it shares namer.
+	grouper  *containerGrouper
+	procRoot string
 	cgroups  string
 	now      func() time.Time
 
@@ -39,13 +45,16 @@ type simBackend struct {
 const simDriverVersion = "580.105.08"
 
 func newSimBackend(o *Options, fields fieldSet, withHost bool) *simBackend {
+	namer := newContainerNamer(o.ContainerLookup, o.Workloads)
 	return &simBackend{
 		cfg:             o.Config.Sim,
 		fields:          fields,
 		logger:          o.Logger,
 		hostname:        o.Hostname,
 		withHost:        withHost,
-		namer:           newContainerNamer(o.ContainerLookup, o.Workloads),
+		namer:           namer,
+		grouper:         newContainerGrouper(o.ProcRoot, namer),
+		procRoot:        o.ProcRoot,
 		cgroups:         o.CgroupRoot,
 		now:             o.Now,
 		burnControllers: []string{"cpu", "cpuacct", "memory", "pids"},
@@ -66,10 +75,17 @@ func (b *simBackend) open(ctx context.Context) error {
 		if spec.Scenario == "" {
 			spec.Scenario = ScenarioIdle
 		}
-		if spec.Container == "" && spec.Scenario != ScenarioIdle {
+		if spec.PID != 0 {
+			// The process's own container, found each cycle, wins.
+			spec.Container = ""
+		} else if spec.Container == "" && spec.Scenario != ScenarioIdle {
 			spec.Container = fmt.Sprintf("/gpuscope-sim/gpu%d", i)
 		}
 		b.gpus[i] = newSimGPU(i, spec, b.cfg, b.hostname, b.withHost)
+		if spec.PID != 0 && b.fields.has(fContainerMemory) && foreignPIDNamespace(b.procRoot) {
+			b.logger.Warn("gpuscope is not in the host's pid namespace; a simulated GPU process given by its host pid will not be found (run gpuscope with the host's pid namespace, e.g. docker --pid host)",
+				"gpu", i, "pid", spec.PID, "pid_namespace", filepath.Join(b.procRoot, "self/ns/pid"))
+		}
 	}
 	if b.cfg.CPUBurn {
 		b.startBurners(ctx)
@@ -84,7 +100,9 @@ func (b *simBackend) open(ctx context.Context) error {
 func (b *simBackend) startBurners(ctx context.Context) {
 	seen := map[string]bool{}
 	for _, g := range b.gpus {
-		if g.scenario != ScenarioInputBound || seen[g.container] {
+		// A GPU given a pid runs in that process's real container, whose
+		// CPU is its own.
+		if g.scenario != ScenarioInputBound || g.pid != 0 || seen[g.container] {
 			continue
 		}
 		seen[g.container] = true
@@ -108,7 +126,8 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 	t := now.Sub(b.start).Seconds() * b.cfg.TimeScale
 	dt := max(t-b.lastT, 0)
 	b.lastT = t
-	b.namer.beginCycle()
+	b.grouper.beginCycle() // and the namer's
+	defer b.grouper.endCycle()
 	s := &sample{time: now, gpus: make([]gpuSample, len(b.gpus))}
 	for i, g := range b.gpus {
 		gs := &s.gpus[i]
@@ -135,7 +154,9 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 		s.read++
 		gs.at, g.lastAt = now, now
 		st := g.step(t, dt)
-		b.fill(gs, g, st)
+		if err := b.fill(gs, g, st); err != nil {
+			s.errs = append(s.errs, fieldError{gpu: g.info.ownLabels[0], field: fields[fContainerMemory].name, err: err})
+		}
 		if g.mig != nil {
 			b.fillMIG(gs, g)
 		}
@@ -156,8 +177,10 @@ func (b *simBackend) close() error {
 }
 
 // fill turns a GPU state into a sample the way the NVML backend would have
-// read it: only enabled fields, DCGM units, MiB truncated.
-func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) {
+// read it: only enabled fields, DCGM units, MiB truncated. The error is
+// that of the per-container read: a GPU process given by pid whose cgroup
+// cannot be read.
+func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) error {
 	set := func(f fieldID, v float64) {
 		if b.fields.has(f) {
 			s.setValue(f, v)
@@ -215,15 +238,42 @@ func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) {
 	if g.xidCount > 0 {
 		s.xidCounts = []xidCount{{code: g.lastXID, count: g.xidCount}}
 	}
-	if b.fields.has(fContainerMemory) {
-		s.set.add(fContainerMemory)
-		s.set.add(fContainerSM)
-		if st.process && g.container != "" {
-			c := b.namer.usage(g.container)
-			c.memoryBytes, c.smPercent, c.processes = used*bytesPerMiB, float64(int64(st.util)), 1
-			s.containers = []containerUsage{c}
-		}
+	if !b.fields.has(fContainerMemory) {
+		return nil
 	}
+	s.set.add(fContainerMemory)
+	s.set.add(fContainerSM)
+	switch {
+	case !st.process:
+	case g.pid != 0:
+		return b.fillProcess(s, g, used, st.util)
+	case g.container != "":
+		c := b.namer.usage(g.container)
+		c.memoryBytes, c.smPercent, c.processes = used*bytesPerMiB, float64(int64(st.util)), 1
+		s.containers = []containerUsage{c}
+	}
+	return nil
+}
+
+// fillProcess reports GPU g's process as the host process g.pid and
+// groups it as the NVML backend groups the processes the driver lists: its
+// container is read from /proc/<pid>/cgroup and named from the cache
+// shared with cAdvisor. A pid whose cgroup cannot be read (no such
+// process, it exited, or gpuscope is in another pid namespace) is what a
+// vanished process is to the NVML backend: the GPU has no per-container
+// series in this cycle, and the read counts in
+// gpuscope_gpu_collector_errors_total{field="gpuscope_gpu_container_memory_used_bytes"}.
+func (b *simBackend) fillProcess(s *gpuSample, g *simGPU, usedMiB, util float64) error {
+	pid := uint32(g.pid)
+	cs, unresolved := b.grouper.group(
+		[]nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: uint64(usedMiB) * bytesPerMiB}},
+		[]nvml.ProcessUtilizationSample{{Pid: pid, SmUtil: uint32(util)}},
+	)
+	s.containers = cs
+	if unresolved > 0 && len(cs) == 0 {
+		return fmt.Errorf("cannot read the cgroup of the simulated GPU process %d (no such process, or gpuscope is outside the host pid namespace?)", pid)
+	}
+	return nil
 }
 
 // simGPU is one simulated GPU and the state it accumulates.
@@ -231,6 +281,7 @@ type simGPU struct {
 	info      *gpuInfo
 	scenario  string
 	container string
+	pid       int // a host process standing for the GPU's process; 0: none
 	memoryMiB float64
 	rng       *rand.Rand
 
@@ -262,6 +313,7 @@ func newSimGPU(i int, spec SimGPU, cfg SimConfig, hostname string, withHost bool
 		info:      newGPUInfo(i, uuid, busID, cfg.Model, simDriverVersion, hostname, withHost),
 		scenario:  spec.Scenario,
 		container: spec.Container,
+		pid:       spec.PID,
 		memoryMiB: float64(cfg.MemoryMiB),
 		rng:       rng,
 	}

@@ -1,0 +1,98 @@
+package gpu
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/workload"
+)
+
+// TestSimPIDJoinsItsContainer: a simulated GPU given the pid of a real
+// process reports its use under the container of that process, found
+// through /proc/<pid>/cgroup, cAdvisor's id and the shared workload cache
+// as for a real GPU process, and not under gpu.sim.gpus[i].container.
+// When the process exits the GPU's per-container series go and the read
+// fails as for a vanished GPU process (TestSimPIDVanished).
+func TestSimPIDJoinsItsContainer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	// The process: a busy loop in a hand-made cgroup laid out as Docker's
+	// cgroupfs driver lays out a container's, limited to 1% of a core;
+	// the cgroup is removed when it stops.
+	hexID := fmt.Sprintf("5171%060x", os.Getpid())
+	id := "/gpuscope-test/docker/" + hexID
+	proc, err := startCPUBurner(bg, burnerOptions{
+		root: cgroupRoot, id: id, cores: 0.01,
+		controllers: []string{"cpu", "cpuacct", "pids"}, // leave the memory cgroup this test runs in alone
+		logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Skipf("the kernel refused the cgroup: %v", err)
+	}
+	t.Cleanup(func() { require.NoError(t, proc.stop()) })
+
+	for _, tc := range []struct {
+		name   string
+		lookup func(string) (workload.Metadata, bool)
+		want   map[string]string
+	}{
+		{
+			name: "cAdvisor knows the container",
+			lookup: func(got string) (workload.Metadata, bool) {
+				return workload.Metadata{Name: "llama-train", Image: "pytorch:24.01", Runtime: workload.RuntimeDocker}, got == id
+			},
+			want: map[string]string{"id": id, "name": "llama-train", "workload": "llama-train", "runtime": "docker", "image": "pytorch:24.01"},
+		},
+		{
+			name: "cAdvisor does not know it: named by the path alone",
+			want: map[string]string{"id": id, "name": "", "workload": "docker-" + hexID[:12], "runtime": "docker", "image": ""},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			o := simOptions(clock,
+				SimGPU{Scenario: ScenarioTraining, PID: proc.pid(), Container: "/gpuscope-test/not-used"},
+				SimGPU{Scenario: ScenarioLeak},
+			)
+			o.ProcRoot = "/proc"
+			o.ContainerLookup = tc.lookup
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+
+			want := map[string]string{"gpu": "0"}
+			for k, v := range tc.want {
+				want[k] = v
+			}
+			mem := mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", want)
+			require.Equal(t, mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", map[string]string{"gpu": "0"})*bytesPerMiB, mem, "the GPU's memory, in the process's container")
+			require.Equal(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "0"}),
+				mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", want))
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", want))
+			require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 2, "GPU 0's container and GPU 1's")
+			mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/gpuscope-sim/gpu1"})
+			_, ok := lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"id": "/gpuscope-test/not-used"})
+			require.False(t, ok, "the pid wins over container")
+			_, ok = lookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0"})
+			require.False(t, ok, "no failed read")
+		})
+	}
+
+	t.Run("the process exits", func(t *testing.T) {
+		o := simOptions(newFakeClock(), SimGPU{Scenario: ScenarioTraining, PID: proc.pid()})
+		o.ProcRoot = "/proc"
+		c, reg := testCollector(t, o)
+		c.collectOnce(bg)
+		mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
+
+		require.NoError(t, proc.stop())
+		c.collectOnce(bg)
+		require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
+			map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}))
+	})
+}
