@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
+)
+
+// gpuJoinConfig runs one simulated GPU whose process is a real one (pid
+// %d), cAdvisor asking the test's private dockerd (%s) for names, at 1 s
+// scrapes.
+const gpuJoinConfig = `
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+cadvisor:
+  docker_endpoint: %s
+gpu:
+  backend: sim
+  sim:
+    count: 1
+    gpus: [{scenario: training, pid: %d}]
+`
+
+// TestGPUJoinDocker: GPU use joined to a real Docker container. A
+// simulated GPU is given the pid of a busybox container's process (as
+// docker inspect reports it); gpuscope finds that process's cgroup as it
+// finds a real GPU process's, and gpuscope_gpu_container_memory_used_bytes
+// carries the container's name, runtime and image, with the same id as
+// cAdvisor's series of the container. Once the container is removed the
+// GPU's per-container series go stale and the failed read is counted, as
+// for a real GPU process that vanished.
+func TestGPUJoinDocker(t *testing.T) {
+	t.Parallel()
+	pkgtest.Require(t, true, "dockerd", "docker", "busybox")
+	d := pkgtest.StartDockerd(t, pkgtest.DockerdOptions{})
+	img := d.BusyboxImage(t, "gpuscope-e2e/gpujoin:1")
+	const name = "llama-train"
+	containerID := strings.TrimSpace(d.Run(t, "run", "-d", "--network", "none", "--name", name, img, "sleep", "3600"))
+	require.Regexp(t, "^[0-9a-f]{64}$", containerID)
+	pid, err := strconv.Atoi(d.Inspect(t, name, "{{.State.Pid}}"))
+	require.NoError(t, err)
+	require.Positive(t, pid)
+
+	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), fmt.Sprintf(gpuJoinConfig, d.Host(), pid)))
+
+	gpuQuery := fmt.Sprintf(`gpuscope_gpu_container_memory_used_bytes{workload=%q,runtime="docker",image=%q}`, name, img)
+	var gpuSeries *model.Sample
+	started := time.Now()
+	eventually(t, 30*time.Second, "the GPU's use under the container's name and image", func() error {
+		v, err := p.instant(gpuQuery)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 {
+			all, _ := p.instant(`gpuscope_gpu_container_memory_used_bytes`)
+			return fmt.Errorf("%s: %d series (all: %v)", gpuQuery, len(v), all)
+		}
+		gpuSeries = v[0]
+		return nil
+	})
+	t.Logf("after %s: %v", time.Since(started).Round(time.Millisecond), gpuSeries)
+	m := gpuSeries.Metric
+	require.Equal(t, model.LabelValue("0"), m["gpu"])
+	require.Contains(t, string(m["id"]), containerID, "the container's cgroup")
+	require.Equal(t, model.LabelValue(name), m["name"])
+	require.Greater(t, float64(gpuSeries.Value), 50e9, "the training scenario's framebuffer use (over 70%% of 80 GB)")
+
+	// cAdvisor's series of the container carry the same id and workload.
+	cadvisorQuery := fmt.Sprintf(`container_memory_working_set_bytes{workload=%q,runtime="docker",image=%q}`, name, img)
+	v, err := p.instant(cadvisorQuery)
+	require.NoError(t, err)
+	require.Len(t, v, 1, cadvisorQuery)
+	require.Equal(t, m["id"], v[0].Metric["id"])
+	v, err = p.instant(fmt.Sprintf(`gpuscope_gpu_container_sm_utilization_percent{workload=%q,id=%q}`, name, m["id"]))
+	require.NoError(t, err)
+	require.Len(t, v, 1, "the SM share under the same container")
+
+	// The process goes with its container.
+	d.Run(t, "rm", "-f", name)
+	eventually(t, 30*time.Second, "the GPU's per-container series stale and the failed read counted", func() error {
+		v, err := p.instant(`gpuscope_gpu_container_memory_used_bytes`)
+		if err != nil {
+			return err
+		}
+		if len(v) != 0 {
+			return fmt.Errorf("still %v", v)
+		}
+		v, err = p.instant(`gpuscope_gpu_collector_errors_total{gpu="0",field="gpuscope_gpu_container_memory_used_bytes"} > 0`)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 {
+			return fmt.Errorf("no failed per-container read counted")
+		}
+		return nil
+	})
+	// The GPU itself is still read.
+	v, err = p.instant(`gpuscope_gpu_collector_up`)
+	require.NoError(t, err)
+	require.Len(t, v, 1)
+	require.Equal(t, 1.0, float64(v[0].Value))
+}
