@@ -1,0 +1,390 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// slurmNode is the node name of the test's slurmd. Debian builds Slurm
+// with multiple-slurmd support, so the cgroup v1 plugin's CgroupPrepend is
+// "/slurm_%n": the job cgroups lie under /slurm_gpuscope-e2e, a name no
+// Slurm on the machine uses.
+const slurmNode = "gpuscope-e2e"
+
+// TestSlurm runs a one-node Slurm (munged, slurmctld and slurmd started
+// here, proctrack/cgroup and task/cgroup on the cgroup v1 plugin) and an
+// srun CPU job: the job's cAdvisor series carry runtime="slurm", its job
+// id, step and user and the workload "job <id>.<step>", and go stale
+// when the job ends.
+func TestSlurm(t *testing.T) {
+	pkgtest.Require(t, true, "munged", "slurmctld", "slurmd", "srun", "sinfo", "scancel")
+	t.Parallel()
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(cgroupRoot, &st), "statfs %s", cgroupRoot)
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		t.Skipf("%s is a cgroup v2 hierarchy only; this test configures Slurm's cgroup/v1 plugin", cgroupRoot)
+	}
+
+	s := startSlurm(t)
+	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), fastConfig))
+	s.waitIdle(t)
+
+	// The job prints Slurm's own idea of its id, then burns a CPU until
+	// the test creates the stop file, and ends by itself.
+	stop := filepath.Join(s.dir, "stop")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srun := exec.CommandContext(ctx, "srun", "--job-name=gpuscope-e2e", "-N1", "-n1", "sh", "-c",
+		`echo "$SLURM_JOB_ID $SLURM_STEP_ID"; yes >/dev/null & y=$!; while [ ! -e `+stop+` ]; do sleep 0.2; done; kill $y`)
+	srun.Env = append(os.Environ(), "SLURM_CONF="+s.conf)
+	srun.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := srun.StdoutPipe()
+	require.NoError(t, err)
+	srunErr := &pkgtest.SyncBuffer{}
+	srun.Stderr = srunErr
+	require.NoError(t, srun.Start())
+	srunDone := make(chan error, 1)
+	go func() { srunDone <- srun.Wait() }()
+	t.Cleanup(func() {
+		_ = os.WriteFile(stop, nil, 0o644)
+		select {
+		case <-srunDone:
+		case <-time.After(30 * time.Second):
+			_ = srun.Process.Kill()
+		}
+	})
+
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "first line of the job's output; srun's stderr:\n%s", srunErr)
+	job, step, ok := strings.Cut(strings.TrimSpace(line), " ")
+	require.True(t, ok && job != "" && step != "", "job printed %q, not its job and step id", line)
+	t.Cleanup(func() {
+		_, _, _ = pkgtest.Cmd{Env: []string{"SLURM_CONF=" + s.conf}, Timeout: 30 * time.Second}.Output("scancel", job)
+	})
+	uid := strconv.Itoa(os.Getuid())
+
+	// Slurm's v1 layout: <CgroupPrepend>/uid_<uid>/job_<job>/step_<step>,
+	// with task_<n> below for jobacct_gather/cgroup (cpuacct, memory).
+	byID := func(v model.Vector) map[string]model.Metric {
+		m := map[string]model.Metric{}
+		for _, s := range v {
+			m[string(s.Metric["id"])] = s.Metric
+		}
+		return m
+	}
+	jobQuery := fmt.Sprintf(`container_cpu_usage_seconds_total{slurm_job_id=%q}`, job)
+	eventually(t, 30*time.Second, "the job's CPU series with its Slurm labels", func() error {
+		v, err := p.instant(jobQuery)
+		if err != nil {
+			return err
+		}
+		want := map[string]model.Metric{
+			"/uid_" + uid + "/job_" + job:                               {"workload": model.LabelValue("job " + job), "slurm_step": ""},
+			"/uid_" + uid + "/job_" + job + "/step_" + step:             {"workload": model.LabelValue("job " + job + "." + step), "slurm_step": model.LabelValue(step)},
+			"/uid_" + uid + "/job_" + job + "/step_" + step + "/task_0": {"workload": model.LabelValue("job " + job + "." + step + "/task_0"), "slurm_step": model.LabelValue(step)},
+		}
+		got := byID(v)
+		for suffix, w := range want {
+			id := "/slurm_" + slurmNode + suffix
+			m, ok := got[id]
+			if !ok {
+				return fmt.Errorf("no series for cgroup %s among %d: %v", id, len(v), v)
+			}
+			w["runtime"], w["slurm_job_id"], w["slurm_user"] = "slurm", model.LabelValue(job), model.LabelValue(uid)
+			for k, val := range w {
+				if m[k] != val {
+					return fmt.Errorf("%s: %s=%q, want %q (%v)", id, k, m[k], val, m)
+				}
+			}
+		}
+		return nil
+	})
+	// The step's cgroup holds the burner: its CPU counter grows.
+	stepQuery := fmt.Sprintf(`container_cpu_usage_seconds_total{slurm_job_id=%q, slurm_step=%q, workload=%q}`, job, step, "job "+job+"."+step)
+	eventually(t, 30*time.Second, "the step's CPU time above 0.5 s", func() error {
+		v, err := p.instant(stepQuery)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 || v[0].Value < 0.5 {
+			return fmt.Errorf("%s: %v", stepQuery, v)
+		}
+		return nil
+	})
+
+	// The job ends by itself; slurmstepd removes its cgroups, and every
+	// series of the job goes stale.
+	require.NoError(t, os.WriteFile(stop, nil, 0o644))
+	select {
+	case err := <-srunDone:
+		require.NoError(t, err, "srun; stderr:\n%s", srunErr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("srun did not end within 60 s of the stop file; stderr:\n%s", srunErr)
+	}
+	allQuery := fmt.Sprintf(`{slurm_job_id=%q}`, job)
+	eventually(t, 30*time.Second, "the ended job's series stale", func() error {
+		v, err := p.instant(allQuery)
+		if err != nil {
+			return err
+		}
+		if len(v) != 0 {
+			return fmt.Errorf("%d series still at now, e.g. %v", len(v), v[0].Metric)
+		}
+		return nil
+	})
+}
+
+// TestSlurmAbsent: on a machine with no Slurm, gpuscope says nothing about
+// Slurm and labels no ordinary cgroup as a Slurm job; a cgroup that only
+// has the shape of Slurm's v1 layout (uid_<u>/job_<j>/step_<s> under a
+// directory of another name) is labelled as the resolver says: the
+// layout, not a running Slurm, decides.
+func TestSlurmAbsent(t *testing.T) {
+	t.Parallel()
+	base := fmt.Sprintf("gpuscope-e2e-noslurm-%d", rand.IntN(1e6))
+	plain := newCgroup(t, base)
+	var step *testCgroup
+	for _, sub := range []string{"/uid_1000", "/uid_1000/job_42", "/uid_1000/job_42/step_0"} {
+		step = newCgroup(t, base+sub)
+	}
+	cfgDir := t.TempDir()
+	p := serve(t, "", "--config.file="+writeConfig(t, cfgDir, fastConfig))
+
+	eventually(t, 30*time.Second, "series of the look-alike and the plain cgroup", func() error {
+		// Memory, not CPU: cAdvisor leaves out the CPU counter of a
+		// cgroup that has used no CPU, and these hold no process.
+		v, err := p.instant(fmt.Sprintf(`container_memory_usage_bytes{id=~%q}`, plain.ID+"|"+step.ID))
+		if err != nil {
+			return err
+		}
+		want := map[string]model.Metric{
+			plain.ID: {"runtime": "cgroup", "workload": model.LabelValue(plain.ID), "slurm_job_id": "", "slurm_step": "", "slurm_user": ""},
+			step.ID:  {"runtime": "slurm", "workload": "job 42.0", "slurm_job_id": "42", "slurm_step": "0", "slurm_user": "1000"},
+		}
+		if len(v) != len(want) {
+			return fmt.Errorf("%d series, want %d: %v", len(v), len(want), v)
+		}
+		for _, s := range v {
+			w := want[string(s.Metric["id"])]
+			for k, val := range w {
+				if s.Metric[k] != val {
+					return fmt.Errorf("%s: %s=%q, want %q", s.Metric["id"], k, s.Metric[k], val)
+				}
+			}
+		}
+		return nil
+	})
+
+	// No other cgroup on the machine is called a Slurm job: every series
+	// with runtime="slurm" or a slurm_* label is the look-alike's or lies
+	// under a Slurm CgroupPrepend (TestSlurm's, when it runs alongside).
+	ours := `id!~"/` + base + `/.*", id!~"/slurm[^/]*/.*"`
+	for _, q := range []string{
+		`{runtime="slurm", ` + ours + `}`,
+		`{slurm_job_id!="", ` + ours + `}`,
+		`{slurm_user!="", ` + ours + `}`,
+		`{slurm_step!="", ` + ours + `}`,
+	} {
+		v, err := p.instant(q)
+		require.NoError(t, err, q)
+		require.Empty(t, v, "%s: ordinary cgroups labelled as Slurm's", q)
+	}
+	// Series exist for ordinary cgroups at all (the queries above would
+	// pass on an empty TSDB).
+	v, err := p.instant(`container_memory_usage_bytes{runtime!="slurm"}`)
+	require.NoError(t, err)
+	require.NotEmpty(t, v, "no series for ordinary cgroups")
+
+	// Nothing in the log speaks of Slurm: no lookup of a daemon, a
+	// socket or a command that is not there. (The test's own directories
+	// carry its name.)
+	out := strings.NewReplacer(p.DataDir, "", cfgDir, "").Replace(p.out.String())
+	for _, l := range strings.Split(out, "\n") {
+		require.NotContains(t, strings.ToLower(l), "slurm", "log line about Slurm on a machine without it")
+	}
+}
+
+// slurm is a one-node Slurm cluster the test started.
+type slurm struct {
+	dir  string // temporary directory: keys, sockets, state, spool
+	conf string // slurm.conf, for SLURM_CONF
+	logs map[string]*pkgtest.SyncBuffer
+}
+
+// startSlurm starts munged, slurmctld and slurmd with their state in a
+// private directory; all stop at cleanup, and the cgroups Slurm created
+// and left (its empty CgroupPrepend directories) are removed.
+func startSlurm(t *testing.T) *slurm {
+	t.Helper()
+	// munged wants every directory above its socket searchable by all,
+	// which t.TempDir's 0700 directories are not.
+	dir, err := os.MkdirTemp("", "gpuscope-slurm")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	s := &slurm{dir: dir, conf: filepath.Join(dir, "slurm.conf"), logs: map[string]*pkgtest.SyncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, l := range s.logs {
+				t.Logf("%s output:\n%s", name, l)
+			}
+		}
+	})
+	removeNewSlurmCgroups(t)
+
+	key := filepath.Join(dir, "munge.key")
+	b := make([]byte, 1024)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	require.NoError(t, os.WriteFile(key, b, 0o400))
+	sock := filepath.Join(dir, "munge.sock")
+	s.daemon(t, "munged", "-F", "--socket="+sock, "--key-file="+key,
+		"--pid-file="+filepath.Join(dir, "munged.pid"), "--seed-file="+filepath.Join(dir, "munged.seed"))
+	eventually(t, 10*time.Second, "munged's socket", func() error {
+		_, err := os.Stat(sock)
+		return err
+	})
+
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	host, _, _ = strings.Cut(host, ".")
+	for _, d := range []string{"state", "spool"} {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, d), 0o755))
+	}
+	conf := fmt.Sprintf(`ClusterName=gpuscope-e2e
+SlurmctldHost=%[1]s(127.0.0.1)
+SlurmctldPort=%[2]d
+SlurmdPort=%[3]d
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=%[4]s
+CredType=cred/munge
+StateSaveLocation=%[5]s/state
+SlurmdSpoolDir=%[5]s/spool
+SlurmctldPidFile=%[5]s/slurmctld.pid
+SlurmdPidFile=%[5]s/slurmd.pid
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+JobAcctGatherType=jobacct_gather/cgroup
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+NodeName=%[6]s NodeAddr=127.0.0.1 CPUs=%[7]d State=UNKNOWN
+PartitionName=e2e Nodes=%[6]s Default=YES MaxTime=10 State=UP
+`, host, freePort(t), freePort(t), sock, dir, slurmNode, numCPU(t))
+	require.NoError(t, os.WriteFile(s.conf, []byte(conf), 0o644))
+	// Slurm reads cgroup.conf from slurm.conf's directory.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cgroup.conf"), []byte(`CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+CgroupAutomount=no
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+`), 0o644))
+	s.daemon(t, "slurmctld", "-D", "-f", s.conf)
+	s.daemon(t, "slurmd", "-D", "-N", slurmNode, "-f", s.conf)
+	return s
+}
+
+// numCPU is the number of CPUs slurmd will find (the node's CPUs= must
+// not exceed it, or slurmctld drains the node).
+func numCPU(t *testing.T) int {
+	t.Helper()
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	return set.Count()
+}
+
+// daemon starts a daemon in the foreground; it gets SIGTERM at cleanup
+// (SIGKILL if it has not ended 20 s later), and SIGKILL if the test
+// binary dies first.
+func (s *slurm) daemon(t *testing.T, name string, args ...string) {
+	t.Helper()
+	out := &pkgtest.SyncBuffer{}
+	s.logs[name] = out
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), "SLURM_CONF="+s.conf)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start(), name)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
+// waitIdle waits until slurmd has registered and the node takes jobs.
+func (s *slurm) waitIdle(t *testing.T) {
+	t.Helper()
+	eventually(t, 60*time.Second, "Slurm node "+slurmNode+" idle", func() error {
+		out, errOut, err := pkgtest.Cmd{Env: []string{"SLURM_CONF=" + s.conf}, Timeout: 10 * time.Second}.
+			Output("sinfo", "-h", "-n", slurmNode, "-o", "%t")
+		if err != nil {
+			return fmt.Errorf("sinfo: %w: %s", err, errOut)
+		}
+		if state := strings.TrimSpace(out); state != "idle" {
+			return fmt.Errorf("node state %q", state)
+		}
+		return nil
+	})
+}
+
+// removeNewSlurmCgroups removes, at cleanup, the /sys/fs/cgroup/<ctrl>/slurm*
+// directories that did not exist when it was called, bottom-up: Slurm's
+// v1 plugin leaves its empty CgroupPrepend directory behind.
+func removeNewSlurmCgroups(t *testing.T) {
+	t.Helper()
+	before, err := filepath.Glob(filepath.Join(cgroupRoot, "*", "slurm*"))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		now, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "slurm*"))
+		for _, top := range now {
+			if slices.Contains(before, top) {
+				continue
+			}
+			var dirs []string
+			_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, p)
+				}
+				return nil
+			})
+			// Deepest first: WalkDir lists a parent before its children.
+			for i := len(dirs) - 1; i >= 0; i-- {
+				if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("remove Slurm's cgroup %s: %v", dirs[i], err)
+				}
+			}
+		}
+	})
+}
