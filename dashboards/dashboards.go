@@ -30,7 +30,7 @@ const DatasourceUID = "gpuscope"
 // re-imports and upgrades.
 const (
 	UIDGPUOverview = "gpuscope-gpu-overview"
-	UIDContainers  = "gpuscope-containers"
+	UIDWorkloads   = "gpuscope-containers" // the Containers dashboard's uid, kept for bookmarks
 	UIDTriage      = "gpuscope-triage"
 	UIDSelf        = "gpuscope-self"
 )
@@ -58,7 +58,7 @@ func Build() (*Set, error) {
 	}
 	for _, b := range []*dashboard.DashboardBuilder{
 		gpuOverview(),
-		containers(),
+		workloads(),
 		triage(),
 		self(),
 	} {

@@ -72,7 +72,7 @@ func strict(err error) error {
 	return err
 }
 
-var grafanaVars = regexp.MustCompile(`\$(__rate_interval|__interval|__range|instance|gpu|container)\b`)
+var grafanaVars = regexp.MustCompile(`\$(__rate_interval|__interval|__range|instance|gpu|runtime|workload)\b`)
 
 // TestPanels checks what every panel must have: a unique stable uid per
 // dashboard, a unit, queries on the datasource variable, refIds, and

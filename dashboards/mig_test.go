@@ -15,7 +15,7 @@ import (
 // instance (labels GPU_I_ID, GPU_I_PROFILE), raw or recorded by the
 // built-in rules: framebuffer, DCGM_FI_PROF_*, the container attribution
 // and the rules built on them (utilisation falls back to engine activity).
-var perInstance = regexp.MustCompile(`(?i)^(DCGM_FI_DEV_FB_|DCGM_FI_PROF_|gpu:dcgm_fi_dev_fb_|gpu:dcgm_fi_prof_|gpu:dcgm_fi_dev_gpu_util:|gpuscope_gpu_container_|gpu:gpuscope_gpu_container_|gpu:container_cpu_saturation:|gpu:bottleneck:|gpu:memory_bandwidth_utilization:)`)
+var perInstance = regexp.MustCompile(`(?i)^(DCGM_FI_DEV_FB_|DCGM_FI_PROF_|gpu:dcgm_fi_dev_fb_|gpu:dcgm_fi_prof_|gpu:dcgm_fi_dev_gpu_util:|gpuscope_gpu_container_|gpu:gpuscope_gpu_container_|gpu:container_cpu_saturation:|gpu:bottleneck:|gpu_workload:bottleneck:|gpu:memory_bandwidth_utilization:)`)
 
 // collapsesMIG lists the targets that fold a MIG GPU's instances into one
 // on purpose, with the reason.

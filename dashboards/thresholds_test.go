@@ -25,8 +25,8 @@ func TestThresholdsAreTheAlertRules(t *testing.T) {
 		{UIDGPUOverview, "Temperature", "GPUTemperatureHigh"},
 		{UIDGPUOverview, "Hottest GPU", "GPUTemperatureHigh"},
 		{UIDGPUOverview, "PCIe utilisation", "PCIeBandwidthNearLimit"},
-		{UIDContainers, "CPU saturation", "ContainerCPUSaturated"},
-		{UIDContainers, "Memory near limit", "ContainerMemoryNearLimit"},
+		{UIDWorkloads, "CPU saturation", "ContainerCPUSaturated"},
+		{UIDWorkloads, "Memory near limit", "ContainerMemoryNearLimit"},
 	} {
 		want, ok := alertThreshold[c.alert]
 		require.True(t, ok, "alert %s not in the pack", c.alert)

@@ -25,9 +25,18 @@ func triage() *dashboard.DashboardBuilder {
 			target(`gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`} / 100`, "GPU util "+gpuInstanceLegend),
 			target(`gpu:container_cpu_saturation:max{`+gpuSel+`}`, "CPU saturation of its containers "+gpuInstanceLegend)).
 			Min(0).Thresholds(thresholds(0.5, 0.8))).
-		WithPanel(tablePanel("Containers on GPUs", "Per container with a process on a GPU (on a MIG instance, for a GPU in MIG mode): the GPU's (instance's) utilisation and the container's CPU saturation.", unitPercentUnit,
-			instantTarget(`max by (instance, gpu, GPU_I_ID, GPU_I_PROFILE, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, gpu, GPU_I_ID) group_left () max by (instance, gpu, GPU_I_ID) (gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`}) / 100`, "GPU utilisation").RefId("A"),
-			instantTarget(`max by (instance, gpu, GPU_I_ID, GPU_I_PROFILE, id) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, id) group_left () max by (instance, id) (instance_id:container_cpu_saturation:ratio)`, "CPU saturation").RefId("B"))).
+		WithPanel(tablePanel("Workloads on GPUs", "Per workload (container, compose service, Slurm job; its cgroup where unnamed) with a process on a GPU (on a MIG instance, for a GPU in MIG mode): the GPU's (instance's) utilisation and the workload's CPU saturation. The Workloads dashboard has its GPU memory, SM share and the GPU's class.", unitPercentUnit,
+			instantTarget(`max by (instance, gpu, GPU_I_ID, GPU_I_PROFILE, id, workload) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, gpu, GPU_I_ID) group_left () max by (instance, gpu, GPU_I_ID) (gpu:dcgm_fi_dev_gpu_util:avg5m{`+gpuSel+`}) / 100`, "GPU utilisation").RefId("A"),
+			instantTarget(`max by (instance, gpu, GPU_I_ID, GPU_I_PROFILE, id, workload) (gpuscope_gpu_container_memory_used_bytes{`+gpuSel+`}) * 0 + on (instance, id) group_left () max by (instance, id) (instance_id:container_cpu_saturation:ratio)`, "CPU saturation").RefId("B")).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+				"excludeByName": map[string]any{"Time": true, "id": true},
+				"indexByName":   map[string]any{"workload": 0, "instance": 1, "gpu": 2, "GPU_I_PROFILE": 3, "GPU_I_ID": 4, "Value #A": 5, "Value #B": 6},
+				"renameByName": map[string]any{
+					"workload": "Workload", "instance": "Node", "gpu": "GPU", "GPU_I_PROFILE": "MIG profile", "GPU_I_ID": "MIG instance",
+					"Value #A": "GPU utilisation", "Value #B": "CPU saturation",
+				},
+			}})).
 		WithRow(dashboard.NewRowBuilder("Memory leak")).
 		WithPanel(timeseriesPanel("Framebuffer trend", "Used framebuffer, its 10-minute floor (ignores short allocations), the total, and where a linear trend of the last hour reaches in 4 hours (GPUMemoryExhaustionPredicted).", unitMiB,
 			target(`gpu:dcgm_fi_dev_fb_used:avg1m{`+gpuSel+`}`, "used "+gpuInstanceLegend),
