@@ -34,7 +34,7 @@ const (
 )
 
 func TestImage(t *testing.T) {
-	pkgtest.Require(t, true, "dockerd", "docker", "debootstrap", "chroot", "go", "git", "tar", "cp")
+	pkgtest.Require(t, true, "dockerd", "docker", "debootstrap", "chroot", "go", "git", "tar", "cp", pkgtest.BusyboxPath)
 	// A cold build of gpuscope in a container: about 5 minutes on two idle
 	// cores, 13 on two shared ones, plus debootstrap and the imports.
 	pkgtest.RequireTime(t, 25*time.Minute)
@@ -103,11 +103,38 @@ func TestImage(t *testing.T) {
 	// free loopback port instead of 9089.
 	compose := readCompose(t, repo)
 	svc := compose.Services["gpuscope"]
+	// What seeing the host's containers by name takes: the host's pid and
+	// cgroup namespaces (GPU processes' /proc/<pid>/cgroup, read as
+	// cAdvisor's ids), the cgroups under /sys, the runtimes' sockets under
+	// /var/run, and the host's root under /rootfs, through which cAdvisor
+	// reads /proc and each Docker container's read-write layer id below
+	// the daemon's data root (it drops a container whose id it cannot
+	// read); /var/lib/docker is Docker's data root as a mount point of its
+	// own, for the filesystem metrics.
+	require.Equal(t, "host", svc.PID)
+	require.Equal(t, "host", svc.Cgroup)
+	for _, v := range []string{"/:/rootfs:ro", "/sys:/sys:ro", "/var/run:/var/run:ro", "/var/lib/docker:/var/lib/docker:ro"} {
+		require.Contains(t, svc.Volumes, v)
+	}
+	// This daemon keeps its socket in its own directory, not in
+	// /var/run (it must not meet a daemon the machine may run), so that
+	// directory takes the place of the host's /var/run: inside,
+	// /var/run/docker.sock is this daemon's socket, at the default
+	// cadvisor.docker_endpoint, as a normal daemon's is with the README's
+	// -v /var/run:/var/run:ro. (The socket alone cannot be mounted at
+	// /var/run/docker.sock over the host's /var/run: runc cannot create the
+	// mount point in that read-only bind.) Its data root needs no mount of
+	// its own: cAdvisor reads it under /rootfs, wherever it is.
+	require.Equal(t, "docker.sock", filepath.Base(d.Sock))
+	runDir := filepath.Dir(d.Sock)
 	port := pkgtest.FreePort(t)
 	args := []string{"run", "-d", "--name", "gpuscope-imagetest", "--network", "host",
 		"--pid", svc.PID, "--cgroupns", svc.Cgroup, "--uts", svc.UTS}
 	for _, v := range svc.Volumes {
-		src, _, _ := strings.Cut(v, ":")
+		src, rest, _ := strings.Cut(v, ":")
+		if src == "/var/run" {
+			v = runDir + ":" + rest
+		}
 		if strings.HasPrefix(src, "/") {
 			// Only mounts whose source exists: docker would create a
 			// missing one on this machine.
@@ -143,6 +170,10 @@ func TestImage(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, pkgtest.Get(t, url+"/"), host)
 
+	// gpuscope in its container sees the other containers by name: one
+	// started on the same daemon now, and its own.
+	seesContainersByName(t, d, url, ref)
+
 	// compose.yaml's one-shot provisioner, run as compose would run it,
 	// must leave Grafana's provisioning where the grafana service mounts
 	// it: the data source (uid gpuscope, url http://gpuscope:9089) and a
@@ -172,6 +203,66 @@ func TestImage(t *testing.T) {
 	list := d.Run(t, "run", "--rm", "--network", "none", "-v", testVol+":"+grafanaPath+":ro", "--entrypoint", "ls", ref, grafanaPath+"/dashboards/gpuscope")
 	require.Contains(t, list, "gpuscope-gpu-overview.json")
 	t.Logf("total %s", time.Since(start).Round(time.Second))
+}
+
+// seesContainersByName starts a busybox container with a name on d and
+// waits until the gpuscope at url reports it, and the gpuscope container
+// itself (image gpuscopeImage), by name, runtime and image in cAdvisor's
+// series.
+func seesContainersByName(t *testing.T, d *pkgtest.Dockerd, url, gpuscopeImage string) {
+	t.Helper()
+	const name = "imagetest-neighbour"
+	img := d.BusyboxImage(t, "gpuscope-ci/busybox:1")
+	started := time.Now()
+	d.Run(t, "run", "-d", "--network", "none", "--name", name, img, "sleep", "3600")
+	want := map[string][]string{
+		name:                 {`name="` + name + `"`, `runtime="docker"`, `workload="` + name + `"`, `image="` + img + `"`},
+		"gpuscope-imagetest": {`name="gpuscope-imagetest"`, `runtime="docker"`, `workload="gpuscope-imagetest"`, `image="` + gpuscopeImage + `"`},
+	}
+	var body string
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		body = pkgtest.Get(t, url+"/metrics/cadvisor")
+		missing := ""
+		for who, labels := range want {
+			if !hasSeries(body, "container_memory_working_set_bytes{", labels) || !hasSeries(body, "container_cpu_usage_seconds_total{", labels) {
+				missing = who
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			var lines []string
+			for _, l := range strings.Split(body, "\n") {
+				if strings.HasPrefix(l, "container_memory_working_set_bytes{") {
+					lines = append(lines, l)
+				}
+			}
+			t.Fatalf("no series of container %s by name %v after %s; container_memory_working_set_bytes:\n%s",
+				missing, want[missing], time.Since(started).Round(time.Second), strings.Join(lines, "\n"))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("containers seen by name %s after docker run", time.Since(started).Round(time.Second))
+}
+
+// hasSeries reports whether the exposition body has a line of the metric
+// (name and opening brace) with every one of labels.
+func hasSeries(body, metric string, labels []string) bool {
+	for _, l := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(l, metric) {
+			continue
+		}
+		all := true
+		for _, lv := range labels {
+			all = all && strings.Contains(l, lv)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // composeFile is the part of packaging/compose.yaml the test runs.
