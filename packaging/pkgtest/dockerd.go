@@ -89,6 +89,17 @@ const BusyboxPath = "/usr/bin/busybox"
 // `FROM scratch` + COPY, and returns name. Its command is sh; PATH is /bin.
 func (d *Dockerd) BusyboxImage(t testing.TB, name string) string {
 	t.Helper()
+	tarball := BusyboxTar(t)
+	out, errOut, err := Cmd{Env: d.Env(), Timeout: 2 * time.Minute, Stdin: tarball}.Output(d.CLI, "import",
+		"--change", "ENV PATH=/bin", "--change", `CMD ["sh"]`, "-", name)
+	require.NoError(t, err, "docker import %s:\nstdout:\n%s\nstderr:\n%s", name, out, errOut)
+	return name
+}
+
+// BusyboxTar is the root file system of BusyboxImage as a tar archive,
+// for `docker import` and `podman import`.
+func BusyboxTar(t testing.TB) []byte {
+	t.Helper()
 	Require(t, false, BusyboxPath)
 	bin, err := os.ReadFile(BusyboxPath)
 	require.NoError(t, err)
@@ -118,11 +129,7 @@ func (d *Dockerd) BusyboxImage(t testing.TB, name string) string {
 	}
 	require.NoError(t, tw.Close())
 	require.Positive(t, applets, "%s --list names no applets", BusyboxPath)
-
-	out, errOut, err := Cmd{Env: d.Env(), Timeout: 2 * time.Minute, Stdin: buf.Bytes()}.Output(d.CLI, "import",
-		"--change", "ENV PATH=/bin", "--change", `CMD ["sh"]`, "-", name)
-	require.NoError(t, err, "docker import %s:\nstdout:\n%s\nstderr:\n%s", name, out, errOut)
-	return name
+	return buf.Bytes()
 }
 
 // StartDockerd starts a private dockerd and waits until it answers. At
