@@ -128,8 +128,8 @@ func TestImage(t *testing.T) {
 	require.Equal(t, "docker.sock", filepath.Base(d.Sock))
 	runDir := filepath.Dir(d.Sock)
 	port := pkgtest.FreePort(t)
-	args := []string{"run", "-d", "--name", "gpuscope-imagetest", "--network", "host",
-		"--pid", svc.PID, "--cgroupns", svc.Cgroup, "--uts", svc.UTS}
+	// opts are the docker run options of compose's gpuscope service.
+	opts := []string{"--network", "host", "--pid", svc.PID, "--cgroupns", svc.Cgroup, "--uts", svc.UTS}
 	for _, v := range svc.Volumes {
 		src, rest, _ := strings.Cut(v, ":")
 		if src == "/var/run" {
@@ -145,18 +145,14 @@ func TestImage(t *testing.T) {
 		} else {
 			v = "gpuscope-imagetest-" + v // a named volume, private to the test
 		}
-		args = append(args, "-v", v)
+		opts = append(opts, "-v", v)
 	}
+	args := append([]string{"run", "-d", "--name", "gpuscope-imagetest"}, opts...)
 	args = append(args, ref,
 		"serve", "--config.file=/etc/gpuscope/gpuscope.yml", "--storage.tsdb.path=/var/lib/gpuscope",
 		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port))
 	d.Run(t, args...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs, _, _ := pkgtest.Cmd{Env: d.Env()}.Output(d.CLI, "logs", "gpuscope-imagetest")
-			t.Logf("container output:\n%s", logs)
-		}
-	})
+	logsOnFailure(t, d, "gpuscope-imagetest")
 
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	pkgtest.WaitReady(t, url, 90*time.Second, nil)
@@ -171,8 +167,9 @@ func TestImage(t *testing.T) {
 	require.Contains(t, pkgtest.Get(t, url+"/"), host)
 
 	// gpuscope in its container sees the other containers by name: one
-	// started on the same daemon now, and its own.
-	seesContainersByName(t, d, url, ref)
+	// started on the same daemon now, and its own; and joins a GPU process
+	// to its container.
+	seesContainersByName(t, d, url, ref, opts)
 
 	// compose.yaml's one-shot provisioner, run as compose would run it,
 	// must leave Grafana's provisioning where the grafana service mounts
@@ -205,11 +202,26 @@ func TestImage(t *testing.T) {
 	t.Logf("total %s", time.Since(start).Round(time.Second))
 }
 
+// logsOnFailure logs the output of container name if the test fails.
+func logsOnFailure(t *testing.T, d *pkgtest.Dockerd, name string) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			// docker logs writes the container's stderr, where
+			// gpuscope logs, to its own.
+			stdout, stderr, _ := pkgtest.Cmd{Env: d.Env()}.Output(d.CLI, "logs", name)
+			t.Logf("%s's output:\n%s%s", name, stdout, stderr)
+		}
+	})
+}
+
 // seesContainersByName starts a busybox container with a name on d and
 // waits until the gpuscope at url reports it, and the gpuscope container
 // itself (image gpuscopeImage), by name, runtime and image in cAdvisor's
-// series.
-func seesContainersByName(t *testing.T, d *pkgtest.Dockerd, url, gpuscopeImage string) {
+// series. Then it runs the image again with the same docker run options
+// (opts) and one simulated GPU whose process is the busybox container's,
+// and waits for that GPU's use under the container's name: the pid join
+// of a real GPU process, in the image.
+func seesContainersByName(t *testing.T, d *pkgtest.Dockerd, url, gpuscopeImage string, opts []string) {
 	t.Helper()
 	const name = "imagetest-neighbour"
 	img := d.BusyboxImage(t, "gpuscope-ci/busybox:1")
@@ -245,6 +257,42 @@ func seesContainersByName(t *testing.T, d *pkgtest.Dockerd, url, gpuscopeImage s
 		time.Sleep(time.Second)
 	}
 	t.Logf("containers seen by name %s after docker run", time.Since(started).Round(time.Second))
+
+	// --pid host lets gpuscope read /proc/<pid>/cgroup of the host pid
+	// docker inspect reports, and --cgroupns host makes that path
+	// cAdvisor's id of the container. Its own TSDB path: the data volume
+	// is the first gpuscope's.
+	pid := d.Inspect(t, name, "{{.State.Pid}}")
+	cfg := filepath.Join(t.TempDir(), "sim.yml")
+	require.NoError(t, os.WriteFile(cfg, []byte("gpu:\n  backend: sim\n  sim:\n    count: 1\n    gpus: [{scenario: training, pid: "+pid+"}]\n"), 0o644))
+	port := pkgtest.FreePort(t)
+	args := append([]string{"run", "-d", "--name", "gpuscope-imagetest-sim"}, opts...)
+	args = append(args, "-v", cfg+":/etc/gpuscope/sim.yml:ro", gpuscopeImage,
+		"serve", "--config.file=/etc/gpuscope/sim.yml", "--storage.tsdb.path=/tmp/tsdb",
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port))
+	d.Run(t, args...)
+	logsOnFailure(t, d, "gpuscope-imagetest-sim")
+	simURL := "http://127.0.0.1:" + strconv.Itoa(port)
+	pkgtest.WaitReady(t, simURL, 90*time.Second, nil)
+	labels := want[name]
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		body = pkgtest.Get(t, simURL+"/metrics/gpu")
+		if hasSeries(body, "gpuscope_gpu_container_memory_used_bytes{", labels) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var lines []string
+			for _, l := range strings.Split(body, "\n") {
+				if strings.HasPrefix(l, "gpuscope_gpu_container_") || strings.HasPrefix(l, "gpuscope_gpu_collector_errors_total") {
+					lines = append(lines, l)
+				}
+			}
+			t.Fatalf("no gpuscope_gpu_container_memory_used_bytes with %v from the image; its per-container GPU series and read errors:\n%s", labels, strings.Join(lines, "\n"))
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("GPU process (pid %s) joined to %s by the image", pid, name)
 }
 
 // hasSeries reports whether the exposition body has a line of the metric
