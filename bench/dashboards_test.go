@@ -54,7 +54,7 @@ const (
 //	go test -run '^$' -bench BenchmarkDashboardLoad -benchtime 5x -count 3 -timeout 60m ./bench/
 //
 // The first run generates the data (33 M scraped and 8 M recorded samples)
-// into $TMPDIR/gpuscope-bench-dashboards-v5 and reuses it after.
+// into $TMPDIR/gpuscope-bench-dashboards-v6 and reuses it after.
 func BenchmarkDashboardLoad(b *testing.B) {
 	db, end := benchData(b)
 	engine := promql.NewEngine(promql.EngineOpts{
@@ -290,7 +290,7 @@ func expandRecordingRules(b testing.TB, expr string, records map[string][]record
 // of retention would have it after a day: compacted blocks up to 36 h long
 // (a tenth of the retention).
 func benchData(b *testing.B) (*tsdb.DB, time.Time) {
-	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v5")
+	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v6")
 	opts := tsdb.DefaultOptions()
 	opts.RetentionDuration = (15 * 24 * time.Hour).Milliseconds()
 	opts.MaxBlockDuration = opts.RetentionDuration / 10
