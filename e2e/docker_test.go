@@ -101,9 +101,9 @@ services:
 		up := time.Now()
 		pkgtest.Run(t, pkgtest.Cmd{Env: d.Env(), Timeout: 2 * time.Minute}, "docker-compose", "-p", project, "-f", compose, "up", "-d")
 		took := time.Since(up)
-		t.Cleanup(func() {
-			_, _, _ = pkgtest.Cmd{Env: d.Env(), Timeout: time.Minute}.Output("docker-compose", "-p", project, "-f", compose, "down", "-t", "0")
-		})
+		// No `docker-compose down` (10 s of Python on a busy machine): the
+		// daemon's cleanup removes every container, and network_mode none
+		// made no network.
 		var s model.Metric
 		wait := waitSeries(t, p, fmt.Sprintf(`container_memory_working_set_bytes{compose_project=%q}`, project), func(m model.Metric) { s = m })
 		t.Logf("compose service's series %s after docker-compose up -d returned (which took %s)", wait.Round(time.Millisecond), took.Round(time.Millisecond))
@@ -112,6 +112,23 @@ services:
 		require.Equal(t, model.LabelValue("web.api"), s["compose_service"])
 		require.Equal(t, model.LabelValue("docker"), s["runtime"])
 		require.Equal(t, model.LabelValue(img), s["image"])
+	})
+
+	t.Run("unicode", func(t *testing.T) {
+		// Docker refuses a name beyond [a-zA-Z0-9][a-zA-Z0-9_.-]; labels
+		// take any UTF-8, and compose's labels make the workload: its
+		// value must keep them exactly.
+		_, errOut, err := d.Output("create", "--network", "none", "--name", "wéb", img)
+		require.Error(t, err)
+		require.Contains(t, errOut, "Invalid container name")
+		const project, service = "prøject-ü 1", "wéb.ñ_2"
+		d.Run(t, "run", "-d", "--network", "none", "--name", "unicode-labels",
+			"--label", "com.docker.compose.project="+project, "--label", "com.docker.compose.service="+service, img, "sleep", "3600")
+		waitSeries(t, p, `container_memory_working_set_bytes{name="unicode-labels"}`, func(m model.Metric) {
+			require.Equal(t, model.LabelValue(project+"/"+service), m["workload"], "%s", m)
+			require.Equal(t, model.LabelValue(project), m["compose_project"], "%s", m)
+			require.Equal(t, model.LabelValue(service), m["compose_service"], "%s", m)
+		})
 	})
 
 	t.Run("cpu rate", func(t *testing.T) {
