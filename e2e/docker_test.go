@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -55,17 +57,12 @@ const dockerImage = "gpuscope-e2e/busybox:1"
 // gpuscopes walking every cgroup beside it cAdvisor's housekeeping fell
 // seconds behind (a loaded 2-core machine: no two samples in the window).
 func TestDocker(t *testing.T) {
-	pkgtest.Require(t, true, "dockerd", "docker", "docker-compose", "busybox")
+	pkgtest.Require(t, true, "dockerd", "docker", "docker-compose", "busybox", "setpriv")
 	d := pkgtest.StartDockerd(t, pkgtest.DockerdOptions{})
 	img := d.BusyboxImage(t, dockerImage)
 
 	dir := t.TempDir()
 	p := serveFavoured(t, "--config.file="+writeConfig(t, t.TempDir(), fmt.Sprintf(dockerConfig, d.Host())))
-	// The same containers seen by a gpuscope with no Docker socket (favoured
-	// too: a cAdvisor scrape of a loaded machine's cgroups can miss the 1 s
-	// scrape timeout).
-	absent := "unix://" + filepath.Join(dir, "no-such-docker.sock")
-	blind := serveFavoured(t, "--config.file="+writeConfig(t, t.TempDir(), fmt.Sprintf(dockerConfig, absent)))
 
 	// Docker allows [a-zA-Z0-9][a-zA-Z0-9_.-]+: a name with each of them,
 	// doubled, that a path cleaner or a label sanitiser could change.
@@ -75,16 +72,21 @@ func TestDocker(t *testing.T) {
 		burnerStarted time.Time
 	)
 	t.Run("names", func(t *testing.T) {
-		// The burner: --cpus 0.5, ten times the default CPU weight so that a
-		// busy machine does not decide its rate (the rate subtest).
-		id, took := dockerRun(t, d, p, burnerName, "--cpus", "0.5", "--memory", "32m", "--cpu-shares", "10240", img, "sh", "-c", "yes >/dev/null")
+		// The burner: two busy processes under --cpus 0.5, with the
+		// highest CPU weight there is, so that a busy machine does not
+		// decide its rate: one process at ten times the default weight got
+		// 0.41-0.45 cores with a load of 10-15 on two cores (other tests'
+		// favoured cgroups have that weight too), and
+		// ContainerCPUSaturated's 0.8 of the limit came and went. The
+		// quota bounds what the weight can take from others to half a core.
+		id, took := dockerRun(t, d, p, burnerName, "--cpus", "0.5", "--memory", "32m", "--cpu-shares", maxCPUShares, img, "sh", "-c", "yes >/dev/null & yes >/dev/null")
 		burnerID, burnerStarted = id, time.Now().Add(-took)
 		t.Logf("%s's series %s after docker run returned", burnerName, took.Round(time.Millisecond))
 		require.LessOrEqual(t, took, 2*dockerScrape+dockerScrape/2,
 			"series with the workload within two scrapes (plus the poll's own time) of docker run")
 	})
 	require.NotEmpty(t, burnerID, "the burner runs")
-	favourContainerCPU(t, "docker")
+	maxCPUWeight(t, "docker")
 
 	t.Run("compose", func(t *testing.T) {
 		const project = "e2e-proj_1"
@@ -178,29 +180,47 @@ services:
 		t.Logf("summary: %s", a.Annotations["summary"])
 	})
 
-	t.Run("bad input: no docker socket", func(t *testing.T) {
-		// The gpuscope without a socket sees the burner as a raw cgroup:
-		// Docker's short id, runtime docker, no image.
-		short := "docker-" + burnerID[:12]
-		var s model.Metric
-		waitSeries(t, blind, fmt.Sprintf(`container_cpu_usage_seconds_total{workload=%q}`, short), func(m model.Metric) { s = m })
-		require.Equal(t, model.LabelValue("docker"), s["runtime"])
-		require.Empty(t, s["image"])
-		require.Empty(t, s["name"])
-		// Several scrapes on, Docker is named in one log line, the start's
-		// (the test's temporary paths, /tmp/TestDocker..., do not count).
-		time.Sleep(3 * dockerScrape)
-		mentions := regexp.MustCompile(`(?i)(^|[^a-z])docker`)
-		var lines []string
-		for _, l := range strings.Split(blind.out.String(), "\n") {
-			if mentions.MatchString(l) {
-				lines = append(lines, l)
+	// The same containers seen by a gpuscope with no Docker socket, and by
+	// one run as an ordinary user, as the packaged service runs, whom the
+	// daemon's socket (0660, root) refuses. Started only now, so that
+	// they do not compete with the burner and p before. Favoured too: a
+	// cAdvisor scrape of a loaded machine's cgroups can miss the 1 s
+	// scrape timeout.
+	absent := "unix://" + filepath.Join(dir, "no-such-docker.sock")
+	blind := serveFavoured(t, "--config.file="+writeConfig(t, t.TempDir(), fmt.Sprintf(dockerConfig, absent)))
+	denied := serveAsNobody(t, fmt.Sprintf(dockerConfig, d.Host()))
+	for _, c := range []struct {
+		name string
+		p    *process
+	}{
+		{"bad input: no docker socket", blind},
+		{"bad input: docker socket refuses the user", denied},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// Without a socket the burner is a raw cgroup: Docker's short
+			// id, runtime docker, no image or name.
+			short := "docker-" + burnerID[:12]
+			var s model.Metric
+			waitSeries(t, c.p, fmt.Sprintf(`container_cpu_usage_seconds_total{workload=%q}`, short), func(m model.Metric) { s = m })
+			require.Equal(t, model.LabelValue("docker"), s["runtime"])
+			require.Empty(t, s["image"])
+			require.Empty(t, s["name"])
+			// Several scrapes on, Docker is named in one log line, the
+			// start's (the test's temporary paths, /tmp/TestDocker..., do
+			// not count).
+			time.Sleep(3 * dockerScrape)
+			mentions := regexp.MustCompile(`(?i)(^|[^a-z])docker`)
+			var lines []string
+			for _, l := range strings.Split(c.p.out.String(), "\n") {
+				if mentions.MatchString(l) {
+					lines = append(lines, l)
+				}
 			}
-		}
-		require.Len(t, lines, 1, "one log line about Docker, not one per scrape")
-		require.Regexp(t, regexp.MustCompile(`cAdvisor started.*runtimes_not_found=\S*docker`), lines[0])
-		t.Logf("the line: %s", lines[0])
-	})
+			require.Len(t, lines, 1, "one log line about Docker, not one per scrape")
+			require.Regexp(t, regexp.MustCompile(`cAdvisor started.*runtimes_not_found=\S*docker`), lines[0])
+			t.Logf("the line: %s", lines[0])
+		})
+	}
 
 	t.Run("removed container goes stale", func(t *testing.T) {
 		d.Run(t, "rm", "-f", burnerName)
@@ -218,6 +238,64 @@ services:
 		})
 		t.Logf("stale %s after docker rm -f returned", time.Since(removed).Round(time.Millisecond))
 	})
+}
+
+// maxCPUShares is cgroup v1's highest cpu.shares (v2's cpu.weight: 10000).
+const maxCPUShares = "262144"
+
+// maxCPUWeight gives the cgroup at path (below each CPU hierarchy) the
+// highest CPU weight, for a burner whose CPU quota bounds what it takes.
+func maxCPUWeight(t *testing.T, path string) {
+	t.Helper()
+	set := 0
+	for _, f := range []struct{ file, value string }{
+		{"cpu/" + path + "/cpu.shares", maxCPUShares},
+		{"cpu,cpuacct/" + path + "/cpu.shares", maxCPUShares},
+		{path + "/cpu.weight", "10000"},
+	} {
+		p := filepath.Join(cgroupRoot, f.file)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(f.value), 0o644); err != nil {
+			t.Logf("no CPU weight for %s: %v", p, err)
+			continue
+		}
+		set++
+	}
+	if set == 0 {
+		t.Logf("no CPU weight for %s: the burner runs with the default", path)
+	}
+}
+
+// serveAsNobody is serveFavoured for gpuscope run as the user nobody
+// (65534) with the config text, its data and config in a directory of
+// that user's.
+func serveAsNobody(t *testing.T, config string) *process {
+	t.Helper()
+	const nobody = 65534
+	dir, err := os.MkdirTemp("", "gpuscope-e2e-nobody")
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, os.RemoveAll(dir)) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	require.NoError(t, os.Chown(dir, nobody, nobody))
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.Mkdir(data, 0o700))
+	require.NoError(t, os.Chown(data, nobody, nobody))
+	cfg := writeConfig(t, dir, config)
+	setpriv := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", binary}
+	cg := newCPUCgroup(t, fmt.Sprintf("gpuscope-e2e-nobody-%d", rand.IntN(1e6)))
+	return serveWith(t, data, func(all []string) *process {
+		// As serveInCgroup: the shell joins the cgroups as root, then
+		// becomes gpuscope as nobody.
+		sh := []string{"-c", `while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"`, "sh"}
+		if cg != nil {
+			for _, d := range cg.dirs {
+				sh = append(sh, filepath.Join(d, "cgroup.procs"))
+			}
+		}
+		return startCommand(t, exec.Command("/bin/sh", append(append(append(sh, "--"), setpriv...), all...)...), all)
+	}, []string{"--config.file=" + cfg})
 }
 
 // dockerRun starts a container with `docker run -d --network none --name
