@@ -49,8 +49,9 @@ const dockerImage = "gpuscope-e2e/busybox:1"
 // `--cpus 0.5` burner uses 0.4-0.6 cores and fires ContainerCPUSaturated
 // naming it; a process killed by the container's memory limit raises
 // ContainerOOMKilled naming it; a removed container's series go stale.
-// Beside it, a gpuscope whose Docker socket is absent names the same
-// containers by their short id and says so in one log line.
+// Beside it, a gpuscope whose Docker socket is absent, and one run as an
+// ordinary user whom the socket refuses, name the same containers by
+// their short id and say so in one log line.
 //
 // Not parallel, as TestServeContainerCPU: it measures a CPU rate over 10 s
 // of 1 s scrapes of cAdvisor's timestamped samples, and with other tests'
