@@ -58,6 +58,7 @@ func main() {
 		rulesExportCommand(app),
 		dashboardsExportCommand(app),
 		grafanaProvisionCommand(app),
+		workloadsCommand(app),
 		versionCommand(app),
 	}
 

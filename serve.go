@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/fileutil"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
+	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/dashboards"
 	"github.com/gpuscope/gpuscope/gpu"
@@ -324,6 +325,19 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		return nil, err
 	}
 
+	reporter, err := accounting.New(accounting.Options{
+		Engine:       a.engine,
+		Queryable:    a.fanout,
+		Interval:     a.accountingInterval,
+		GroupEnabled: func() bool { _, ok := a.accountingGroup(); return ok },
+		Prices:       func() accounting.Prices { return a.config.Load().Accounting.Prices() },
+		Logger:       logger.With("component", "accounting"),
+	})
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+
 	a.web = web.New(web.Options{
 		Logger:              logger.With("component", "web"),
 		ListenAddress:       f.listenAddress,
@@ -361,6 +375,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 			LookbackDelta:             time.Duration(f.lookbackDelta),
 			QueryTimeout:              time.Duration(f.queryTimeout),
 			Parser:                    promqlParser,
+			Workloads:                 reporter,
 		},
 		AllowUnauthenticatedAdmin: f.allowUnauthAdmin,
 		Status:                    a.statusLines,

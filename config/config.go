@@ -26,6 +26,7 @@ import (
 	yaml2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
@@ -60,6 +61,8 @@ type Config struct {
 	// Rules says which built-in rules run; the user's own rule files are
 	// the Prometheus section rule_files.
 	Rules query.RulesConfig
+	// Accounting prices the run report's energy.
+	Accounting accounting.Config
 
 	// File is the path the config came from; empty for the embedded default.
 	File string
@@ -122,11 +125,12 @@ func (w Web) Validate() error {
 
 // own is the part of the file that belongs to gpuscope.
 type own struct {
-	Cadvisor cadvisor.Config   `yaml:"cadvisor"`
-	GPU      gpu.Config        `yaml:"gpu"`
-	Web      Web               `yaml:"web"`
-	Nodes    scrape.Nodes      `yaml:"nodes"`
-	Rules    query.RulesConfig `yaml:"rules"`
+	Cadvisor   cadvisor.Config   `yaml:"cadvisor"`
+	GPU        gpu.Config        `yaml:"gpu"`
+	Web        Web               `yaml:"web"`
+	Nodes      scrape.Nodes      `yaml:"nodes"`
+	Rules      query.RulesConfig `yaml:"rules"`
+	Accounting accounting.Config `yaml:"accounting"`
 }
 
 func defaultOwn() own {
@@ -246,6 +250,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		o.Web.Validate,
 		o.Nodes.Validate,
 		o.Rules.Validate,
+		o.Accounting.Validate,
 	} {
 		if err := validate(); err != nil {
 			return nil, nil, s.errorFor(file, err, false)
@@ -259,6 +264,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		Web:        o.Web,
 		Nodes:      o.Nodes,
 		Rules:      o.Rules,
+		Accounting: o.Accounting,
 		File:       file,
 		root:       parts.root,
 	}, parts.root, nil

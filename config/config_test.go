@@ -120,7 +120,7 @@ func TestLoadErrors(t *testing.T) {
 		{"label value given a list", "global: {external_labels: {a: [1]}}\n", `test.yml:1: global.external_labels.a: a list is not a string`},
 
 		// Unknown keys, with the key meant.
-		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of alerting, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, storage, tracing, web)"},
+		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, storage, tracing, web)"},
 		{"misspelt section", "scrape_config: []\n", "test.yml:1: scrape_config: unknown key (did you mean scrape_configs?)"},
 		{"unknown key in cadvisor", "global: {}\ncadvisor:\n  enabled: true\n  housekeeping: 1s\n", "test.yml:4: cadvisor.housekeeping: unknown key (did you mean housekeeping_interval?)"},
 		{"unknown key in gpu", "gpu:\n  backend: auto\n\n\n  famlies: {}\n", "test.yml:5: gpu.famlies: unknown key (did you mean families?)"},
@@ -151,6 +151,8 @@ func TestLoadErrors(t *testing.T) {
 		{"podman endpoint over tcp", "cadvisor:\n  podman_endpoint: tcp://127.0.0.1:8888\n", `test.yml:2: cadvisor.podman_endpoint: "tcp://127.0.0.1:8888" is not a unix:// address (e.g. unix:///var/run/podman/podman.sock)`},
 		{"containerd endpoint as a URL", "cadvisor:\n  containerd_endpoint: unix:///run/containerd/containerd.sock\n", `test.yml:2: cadvisor.containerd_endpoint: "unix:///run/containerd/containerd.sock" is not an absolute socket path (e.g. /run/containerd/containerd.sock)`},
 		{"containerd endpoint empty", "cadvisor:\n  containerd_endpoint: ''\n", `test.yml:2: cadvisor.containerd_endpoint: "" is not an absolute socket path (e.g. /run/containerd/containerd.sock)`},
+		{"negative price", "accounting:\n  price_per_kwh: -0.3\n", "test.yml:2: accounting.price_per_kwh: -0.3 is not a price or amount per kWh (0 or more, e.g. 0.30)"},
+		{"price not a number", "accounting:\n  price_per_kwh: cheap\n", `test.yml:2: accounting.price_per_kwh: "cheap" is not a number`},
 		{"relabel action", "scrape_configs:\n  - job_name: a\n    relabel_configs:\n      - action: foo\n", `test.yml:4: scrape_configs[0].relabel_configs[0].action: unknown relabel action "foo"`},
 		{"scrape timeout above the job's interval", "global:\n  scrape_interval: 1m\nscrape_configs:\n  - job_name: a\n    scrape_timeout: 3m\n", `test.yml:4: scrape_configs[0]: scrape timeout greater than scrape interval for scrape config with job name "a"`},
 		{"scrape timeout above gpuscope's default interval", "global:\n  scrape_timeout: 20s\n", "test.yml:1: global: with gpuscope's default 15s intervals: global scrape timeout greater than scrape interval"},

@@ -209,7 +209,7 @@ gpu:
 			}
 		}
 	}
-	for _, g := range []string{"gpuscope.gpu", "gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly", "gpuscope.meta"} {
+	for _, g := range []string{"gpuscope.gpu", "gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly", "gpuscope.meta", "gpuscope.accounting"} {
 		require.True(t, strings.HasPrefix(groups[g], "builtin:"), "group %s: %v", g, groups)
 	}
 	ams, err := p.api().AlertManagers(ctx)

@@ -47,6 +47,9 @@ type APIOptions struct {
 	LookbackDelta             time.Duration
 	QueryTimeout              time.Duration
 	Parser                    parser.Parser
+
+	// Workloads serves /api/v1/workloads, the run report; nil: 404.
+	Workloads WorkloadReporter
 }
 
 // newAPI is the one call of apiv1.NewAPI in gpuscope. Its parameter list

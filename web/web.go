@@ -127,6 +127,15 @@ func New(o Options) *Handler {
 	if o.API != nil {
 		api := newAPI(*o.API, o.ListenAddress, o.ExternalURL, o.CORSOrigin, h.testReady, o.Gatherer, o.Registerer, o.Logger.With("component", "api"))
 		apiHandler := echo.WrapHandler(registerAPI(api))
+		if o.API.Workloads != nil {
+			report := workloads(o.API.Workloads)
+			e.Match([]string{http.MethodGet, http.MethodPost}, "/api/v1/workloads", func(c echo.Context) error {
+				if !h.ready.Load() { // as the query API: the TSDB is not open yet
+					return c.String(http.StatusServiceUnavailable, "Service Unavailable\n")
+				}
+				return report(c)
+			})
+		}
 		e.Any("/api/v1/*", apiHandler)
 		if o.API.EnableAdmin {
 			e.Any("/api/v1/admin/*", h.privileged(apiHandler))

@@ -19,6 +19,7 @@ import (
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/storage"
 )
 
@@ -42,9 +43,13 @@ func newTestHandler(t *testing.T, o Options) (*Handler, *httptest.Server) {
 	reg := prometheus.NewRegistry()
 	o.Gatherer, o.Registerer = reg, reg
 	o.ListenAddress = "127.0.0.1:0"
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, EnableAtModifier: true, EnableNegativeOffset: true,
+		NoStepSubqueryIntervalFn: func(int64) int64 { return 60000 }})
+	reporter, err := accounting.New(accounting.Options{Engine: engine, Queryable: ready, Interval: func() time.Duration { return time.Minute }})
+	require.NoError(t, err)
 	o.API = &APIOptions{
-		QueryEngine: promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, EnableAtModifier: true, EnableNegativeOffset: true,
-			NoStepSubqueryIntervalFn: func(int64) int64 { return 60000 }}),
+		QueryEngine: engine,
+		Workloads:   reporter,
 		Queryable: ready,
 		Exemplars: ready,
 		TSDB:      ready,

@@ -1,0 +1,403 @@
+package accounting
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/gpuscope/gpuscope/workload"
+)
+
+// The recorded series of the gpuscope.accounting rule group that the
+// report integrates; query/pack/accounting.yml defines them.
+const (
+	seriesGPUHeld      = "gpu_workload:gpu_held:present"
+	seriesSMShare      = "gpu_workload:gpu_sm_share:ratio"
+	seriesGPUMemory    = "gpu_workload:gpu_memory_used_bytes:max1m"
+	seriesGPUPower     = "gpu_workload:gpu_power_watts:apportioned"
+	seriesBottleneck   = "gpu_workload:bottleneck:class" // gpuscope.diagnosis
+	seriesXIDs         = "gpu_workload:xid_errors_total:sum"
+	seriesCPU          = "workload:cpu_usage_cores:rate1m"
+	seriesMemory       = "workload:memory_working_set_bytes:max1m"
+	accountingGroup    = "gpuscope.accounting"
+	defaultReportRange = 7 * 24 * time.Hour
+)
+
+// ErrEmptyRange is the error of a query whose start is not before its end.
+var ErrEmptyRange = errors.New("empty range")
+
+// listedRuntimes are the runtimes whose cgroups are workloads by
+// themselves; systemd units and raw cgroups are listed only when they
+// held a GPU, or when the query asks for all.
+var listedRuntimes = []string{workload.RuntimeDocker, workload.RuntimePodman, workload.RuntimeContainerd, workload.RuntimeSlurm}
+
+// Prices turn energy into money and CO₂. Zero leaves them out of the
+// report.
+type Prices struct {
+	PerKWh         float64
+	Currency       string
+	GramsCO2PerKWh float64
+}
+
+// Options configure a Reporter.
+type Options struct {
+	Engine    promql.QueryEngine
+	Queryable storage.Queryable
+	// Interval returns the evaluation interval of the gpuscope.accounting
+	// group as it runs now (1m divided by rules.builtin.time_scale); every
+	// recorded sample stands for that much time. It follows reloads.
+	Interval func() time.Duration
+	// Prices returns the configured prices; it follows reloads. Nil: none.
+	Prices func() Prices
+	// GroupEnabled reports whether the gpuscope.accounting group runs;
+	// without it the report has no GPU, energy or CPU figures and says so
+	// in a warning. Nil: enabled.
+	GroupEnabled func() bool
+	Logger       *slog.Logger
+}
+
+// Reporter computes run reports.
+type Reporter struct {
+	o Options
+}
+
+// New checks the options.
+func New(o Options) (*Reporter, error) {
+	if o.Engine == nil || o.Queryable == nil {
+		return nil, errors.New("accounting: a query engine and a queryable are required")
+	}
+	if o.Interval == nil {
+		return nil, errors.New("accounting: the accounting group's interval is required")
+	}
+	if o.Prices == nil {
+		o.Prices = func() Prices { return Prices{} }
+	}
+	if o.GroupEnabled == nil {
+		o.GroupEnabled = func() bool { return true }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Reporter{o: o}, nil
+}
+
+// Query selects the runs of a report: those seen between Start and End.
+type Query struct {
+	Start, End time.Time
+	// All lists every cgroup, systemd units and raw cgroups without a GPU
+	// included.
+	All bool
+}
+
+// Run is one row of the report. Energy, cost and CO₂ are nil where they
+// cannot be said: cost and CO₂ without a price, all three on a node whose
+// GPUs report no power.
+type Run struct {
+	Workload       string `json:"workload"`
+	Runtime        string `json:"runtime"`
+	Image          string `json:"image,omitempty"`
+	ComposeProject string `json:"compose_project,omitempty"`
+	ComposeService string `json:"compose_service,omitempty"`
+	SlurmJobID     string `json:"slurm_job_id,omitempty"`
+	SlurmStep      string `json:"slurm_step,omitempty"`
+	SlurmUser      string `json:"slurm_user,omitempty"`
+	Instance       string `json:"instance"`
+	ID             string `json:"id"`
+
+	Start           time.Time  `json:"start"`
+	End             *time.Time `json:"end"` // nil while running
+	Running         bool       `json:"running"`
+	DurationSeconds float64    `json:"duration_seconds"`
+
+	GPUs                []string `json:"gpus"`
+	GPUHours            float64  `json:"gpu_hours"`
+	SMShareAvg          float64  `json:"sm_share_avg"`
+	SMShareMax          float64  `json:"sm_share_max"`
+	GPUMemoryMaxBytes   float64  `json:"gpu_memory_max_bytes"`
+	GPUMemoryTotalBytes float64  `json:"gpu_memory_total_bytes,omitempty"`
+	EnergyKWh           *float64 `json:"energy_kwh"`
+	Cost                *float64 `json:"cost,omitempty"`
+	Currency            string   `json:"currency,omitempty"`
+	CO2Grams            *float64 `json:"co2_grams,omitempty"`
+
+	CPUCoreSeconds float64 `json:"cpu_core_seconds"`
+	MemoryMaxBytes float64 `json:"memory_max_bytes"`
+
+	XIDErrors  int      `json:"xid_errors"`
+	OOMKills   int      `json:"oom_kills"`
+	Alerts     []string `json:"alerts,omitempty"`
+	Bottleneck string   `json:"bottleneck,omitempty"`
+}
+
+// Report is the runs of a query, ordered by start, newest first, and what
+// the reader should know about their figures.
+type Report struct {
+	Runs     []Run
+	Warnings []string
+}
+
+type runKey struct{ instance, id string }
+
+func keyOf(m labels.Labels) runKey {
+	return runKey{m.Get("instance"), m.Get("id")}
+}
+
+// Report computes the report of q.
+func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
+	if q.End.IsZero() {
+		q.End = time.Now()
+	}
+	if q.Start.IsZero() {
+		q.Start = q.End.Add(-defaultReportRange)
+	}
+	rng := q.End.Sub(q.Start)
+	if rng < time.Second {
+		return Report{}, fmt.Errorf("%w: start %s is not at least a second before end %s", ErrEmptyRange,
+			q.Start.UTC().Format(time.RFC3339), q.End.UTC().Format(time.RFC3339))
+	}
+	interval := r.o.Interval().Seconds()
+	e := evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
+	idLabels := "instance, id, " + strings.Join(workload.LabelNames(), ", ")
+
+	// One series per identity a cgroup had in the range (a container can
+	// be a raw cgroup for a scrape before the runtime names it): the one
+	// seen last names the run.
+	seen := e.vector(`max by (` + idLabels + `) (max_over_time(container_last_seen{id!="/"}` + e.rng + `))`)
+	held := e.vector(`group by (` + idLabels + `) (last_over_time(` + seriesGPUHeld + e.rng + `))`)
+	runs := map[runKey]*Run{}
+	lastSeen := map[runKey]float64{}
+	for _, s := range seen {
+		k := keyOf(s.Metric)
+		if at, ok := lastSeen[k]; ok && at >= s.F {
+			continue
+		}
+		run := &Run{Instance: k.instance, ID: k.id}
+		setIdentity(run, s.Metric)
+		runs[k], lastSeen[k] = run, s.F
+	}
+	heldGPU := map[runKey]bool{}
+	for _, s := range held {
+		k := keyOf(s.Metric)
+		heldGPU[k] = true
+		if _, ok := runs[k]; !ok { // cAdvisor off: the GPU series alone
+			run := &Run{Instance: k.instance, ID: k.id}
+			setIdentity(run, s.Metric)
+			runs[k] = run
+		}
+	}
+	for k, run := range runs {
+		if !q.All && !heldGPU[k] && !slices.Contains(listedRuntimes, run.Runtime) {
+			delete(runs, k)
+		}
+	}
+
+	e.each(`min by (instance, id) (min_over_time(container_start_time_seconds{id!="/"}`+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.Start = unixTime(v)
+	})
+	for k, run := range runs {
+		if at, ok := lastSeen[k]; ok {
+			end := unixTime(at)
+			run.End = &end
+		}
+	}
+	e.each(`group by (instance, id) (container_last_seen{id!="/"})`, runs, func(run *Run, _ float64) {
+		run.Running, run.End = true, nil
+	})
+	e.each(`group by (instance, id) (`+seriesGPUHeld+`)`, runs, func(run *Run, _ float64) {
+		run.Running, run.End = true, nil
+	})
+
+	e.each(`sum by (instance, id) (sum_over_time(`+seriesGPUHeld+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.GPUHours = v * interval / 3600
+	})
+	for _, s := range e.vector(`group by (instance, id, gpu, UUID, GPU_I_ID) (last_over_time(` + seriesGPUHeld + e.rng + `))`) {
+		if run, ok := runs[keyOf(s.Metric)]; ok {
+			run.GPUs = append(run.GPUs, gpuName(s.Metric))
+		}
+	}
+	e.each(`sum by (instance, id) (sum_over_time(`+seriesSMShare+e.rng+`)) / sum by (instance, id) (count_over_time(`+seriesSMShare+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.SMShareAvg = v
+	})
+	e.each(`max by (instance, id) (max_over_time(`+seriesSMShare+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.SMShareMax = v
+	})
+	e.each(`max by (instance, id) (max_over_time(`+seriesGPUMemory+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.GPUMemoryMaxBytes = v
+	})
+	// DCGM_FI_DEV_FB_TOTAL is in MiB; a MIG instance has its own.
+	e.each(`max by (instance, id) (last_over_time(`+seriesGPUHeld+e.rng+`) * on (instance, gpu, UUID, GPU_I_ID) group_left () max by (instance, gpu, UUID, GPU_I_ID) (last_over_time(DCGM_FI_DEV_FB_TOTAL`+e.rng+`))) * 1048576`, runs, func(run *Run, v float64) {
+		run.GPUMemoryTotalBytes = v
+	})
+	prices := r.o.Prices()
+	e.each(`sum by (instance, id) (sum_over_time(`+seriesGPUPower+e.rng+`))`, runs, func(run *Run, v float64) {
+		kwh := v * interval / 3.6e6
+		run.EnergyKWh = &kwh
+		if prices.PerKWh > 0 {
+			cost := kwh * prices.PerKWh
+			run.Cost, run.Currency = &cost, prices.Currency
+		}
+		if prices.GramsCO2PerKWh > 0 {
+			co2 := kwh * prices.GramsCO2PerKWh
+			run.CO2Grams = &co2
+		}
+	})
+	e.each(`sum by (instance, id) (sum_over_time(`+seriesCPU+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.CPUCoreSeconds = v * interval
+	})
+	e.each(`max by (instance, id) (max_over_time(`+seriesMemory+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.MemoryMaxBytes = v
+	})
+	// container_oom_events_total counts from the cgroup's creation: a run
+	// that started in the range had all of its kills in it; one that
+	// started before had those since the range's first sample.
+	oomMax := map[runKey]float64{}
+	e.each(`max by (instance, id) (max_over_time(container_oom_events_total{id!="/"}`+e.rng+`))`, runs, func(run *Run, v float64) {
+		oomMax[runKey{run.Instance, run.ID}] = v
+	})
+	e.each(`min by (instance, id) (min_over_time(container_oom_events_total{id!="/"}`+e.rng+`))`, runs, func(run *Run, v float64) {
+		kills := oomMax[runKey{run.Instance, run.ID}]
+		if run.Start.Before(q.Start) {
+			kills -= v
+		}
+		run.OOMKills = int(math.Round(kills))
+	})
+	e.each(`sum by (instance, id) (max_over_time(`+seriesXIDs+e.rng+`) - min_over_time(`+seriesXIDs+e.rng+`))`, runs, func(run *Run, v float64) {
+		run.XIDErrors = int(math.Round(v))
+	})
+	for _, s := range e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + e.rng + `))`) {
+		if run, ok := runs[keyOf(s.Metric)]; ok {
+			run.Alerts = append(run.Alerts, s.Metric.Get("alertname"))
+		}
+	}
+	most := map[runKey]float64{}
+	for _, s := range e.vector(`sum by (instance, id, class) (count_over_time(` + seriesBottleneck + e.rng + `))`) {
+		k := keyOf(s.Metric)
+		if run, ok := runs[k]; ok && s.F > most[k] {
+			most[k], run.Bottleneck = s.F, s.Metric.Get("class")
+		}
+	}
+	if e.err != nil {
+		return Report{}, e.err
+	}
+
+	out := Report{Runs: make([]Run, 0, len(runs))}
+	for _, run := range runs {
+		end := q.End
+		if run.End != nil {
+			end = *run.End
+		}
+		if !run.Start.IsZero() {
+			run.DurationSeconds = math.Max(0, end.Sub(run.Start).Seconds())
+		}
+		slices.Sort(run.GPUs)
+		slices.Sort(run.Alerts)
+		out.Runs = append(out.Runs, *run)
+	}
+	slices.SortFunc(out.Runs, func(a, b Run) int {
+		return cmp.Or(b.Start.Compare(a.Start), cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.ID, b.ID))
+	})
+	if !r.o.GroupEnabled() {
+		out.Warnings = append(out.Warnings, "the built-in rule group "+accountingGroup+" is disabled (rules.builtin.disabled_groups): GPU-hours, SM share, energy and CPU-seconds are not recorded and read 0")
+	}
+	return out, nil
+}
+
+// evaluator runs the report's instant queries at one time, keeping the
+// first error so that the report reads as a list of queries.
+type evaluator struct {
+	r   *Reporter
+	ctx context.Context
+	at  time.Time
+	rng string
+	err error
+}
+
+func (e *evaluator) vector(qs string) promql.Vector {
+	if e.err != nil {
+		return nil
+	}
+	q, err := e.r.o.Engine.NewInstantQuery(e.ctx, e.r.o.Queryable, nil, qs, e.at)
+	if err != nil {
+		e.err = fmt.Errorf("prepare %s: %w", qs, err)
+		return nil
+	}
+	defer q.Close()
+	res := q.Exec(e.ctx)
+	if err := e.ctx.Err(); err != nil {
+		e.err = fmt.Errorf("workload report: %w", err)
+		return nil
+	}
+	if res.Err != nil {
+		e.err = fmt.Errorf("run %s: %w", qs, res.Err)
+		return nil
+	}
+	v, err := res.Vector()
+	if err != nil {
+		e.err = fmt.Errorf("run %s: %w", qs, err)
+		return nil
+	}
+	return v
+}
+
+// each calls f with the value of every run the query returns.
+func (e *evaluator) each(qs string, runs map[runKey]*Run, f func(*Run, float64)) {
+	for _, s := range e.vector(qs) {
+		if run, ok := runs[keyOf(s.Metric)]; ok && !math.IsNaN(s.F) {
+			f(run, s.F)
+		}
+	}
+}
+
+func setIdentity(run *Run, m labels.Labels) {
+	run.Workload = m.Get(workload.LabelWorkload)
+	run.Runtime = m.Get(workload.LabelRuntime)
+	run.Image = m.Get(workload.LabelImage)
+	run.ComposeProject = m.Get(workload.LabelComposeProject)
+	run.ComposeService = m.Get(workload.LabelComposeService)
+	run.SlurmJobID = m.Get(workload.LabelSlurmJobID)
+	run.SlurmStep = m.Get(workload.LabelSlurmStep)
+	run.SlurmUser = m.Get(workload.LabelSlurmUser)
+	if run.Workload == "" {
+		run.Workload = run.ID
+	}
+}
+
+// gpuName is the GPU as nvidia-smi numbers it, with the MIG instance.
+func gpuName(m labels.Labels) string {
+	name := m.Get("gpu")
+	if name == "" {
+		name = m.Get("UUID")
+	}
+	if gi := m.Get("GPU_I_ID"); gi != "" {
+		name += "/" + gi
+	}
+	return name
+}
+
+func unixTime(v float64) time.Time {
+	sec, frac := math.Modf(v)
+	return time.Unix(int64(sec), int64(frac*1e9)).UTC()
+}
+
+// FormatGPUs lists GPUs for a table cell.
+func FormatGPUs(gpus []string) string {
+	if len(gpus) == 0 {
+		return "-"
+	}
+	return strings.Join(gpus, ",")
+}
+
+// Hours formats a GPU-hours figure.
+func Hours(h float64) string { return strconv.FormatFloat(h, 'f', 2, 64) }

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"time"
+
+	"github.com/prometheus/prometheus/rules"
+)
+
+// accountingGroupName is the built-in rule group whose series the run
+// report integrates.
+const accountingGroupName = "gpuscope.accounting"
+
+// accountingGroup is the built-in accounting group as the rule manager
+// runs it now; absent when rules.builtin disables it.
+func (a *appliance) accountingGroup() (*rules.Group, bool) {
+	for _, g := range a.rules.Manager().RuleGroups() {
+		if g.Name() == accountingGroupName {
+			return g, true
+		}
+	}
+	return nil, false
+}
+
+// accountingInterval is how much time each recorded accounting sample
+// stands for: the group's interval after rules.builtin.time_scale, read
+// from the running group so that it follows reloads.
+func (a *appliance) accountingInterval() time.Duration {
+	if g, ok := a.accountingGroup(); ok {
+		return g.Interval()
+	}
+	return time.Duration(float64(time.Minute) / a.config.Load().Rules.Builtin.TimeScale)
+}
