@@ -3,9 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -131,7 +129,8 @@ func TestSlurm(t *testing.T) {
 	})
 
 	// The job ends by itself; slurmstepd removes its cgroups, and every
-	// series of the job goes stale.
+	// cAdvisor series of the job goes stale (those recorded from 5-minute
+	// rates keep its labels until their window has passed).
 	require.NoError(t, os.WriteFile(stop, nil, 0o644))
 	select {
 	case err := <-srunDone:
@@ -139,7 +138,7 @@ func TestSlurm(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("srun did not end within 60 s of the stop file; stderr:\n%s", srunErr)
 	}
-	allQuery := fmt.Sprintf(`{slurm_job_id=%q}`, job)
+	allQuery := fmt.Sprintf(`{job="cadvisor", slurm_job_id=%q}`, job)
 	eventually(t, 30*time.Second, "the ended job's series stale", func() error {
 		v, err := p.instant(allQuery)
 		if err != nil {
@@ -359,31 +358,16 @@ func (s *slurm) waitIdle(t *testing.T) {
 	})
 }
 
-// removeNewSlurmCgroups removes, at cleanup, the /sys/fs/cgroup/<ctrl>/slurm*
-// directories that did not exist when it was called, bottom-up: Slurm's
-// v1 plugin leaves its empty CgroupPrepend directory behind.
+// removeNewSlurmCgroups removes, at cleanup, the cgroups named slurm* at
+// the top of a hierarchy that did not exist when it was called, bottom-up:
+// Slurm's v1 plugin leaves its empty CgroupPrepend directory behind.
 func removeNewSlurmCgroups(t *testing.T) {
 	t.Helper()
-	before, err := filepath.Glob(filepath.Join(cgroupRoot, "*", "slurm*"))
-	require.NoError(t, err)
+	before := existingCgroups("slurm*")
 	t.Cleanup(func() {
-		now, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "slurm*"))
-		for _, top := range now {
-			if slices.Contains(before, top) {
-				continue
-			}
-			var dirs []string
-			_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, p)
-				}
-				return nil
-			})
-			// Deepest first: WalkDir lists a parent before its children.
-			for i := len(dirs) - 1; i >= 0; i-- {
-				if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					t.Errorf("remove Slurm's cgroup %s: %v", dirs[i], err)
-				}
+		for _, top := range existingCgroups("slurm*") {
+			if !slices.Contains(before, top) {
+				removeEmptyCgroups(t, top)
 			}
 		}
 	})
