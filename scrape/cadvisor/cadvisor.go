@@ -64,6 +64,9 @@ type Collector struct {
 	labels   metrics.ContainerLabelsFunc
 	cache    *workload.Cache
 	config   Config
+	// runtimesWhy says, per runtime probed before start, why it will be
+	// measured as raw cgroups (set by newManager, read once by Run).
+	runtimesWhy map[string]string
 
 	started  chan struct{}   // closed once Run has tried to create and start the manager
 	manager  manager.Manager // set before started is closed; nil if that failed
@@ -127,8 +130,24 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.manager = m
 	close(c.started)
 	found, missing := registeredRuntimes()
-	c.logger.Info("cAdvisor started", "housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","),
-		"runtimes", joinOrNone(found), "runtimes_not_found", joinOrNone(missing))
+	attrs := []any{"housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","),
+		"runtimes", joinOrNone(found), "runtimes_not_found", joinOrNone(missing)}
+	level := slog.LevelInfo
+	var why []string
+	for _, r := range missing {
+		if reason, ok := c.runtimesWhy[r]; ok {
+			why = append(why, r+": "+reason)
+			if strings.Contains(reason, errNotAnswering.Error()) {
+				// A runtime that is there but hung: its containers lose
+				// their names until a restart, which someone should know.
+				level = slog.LevelWarn
+			}
+		}
+	}
+	if len(why) > 0 {
+		attrs = append(attrs, "why_not_found", strings.Join(why, "; "))
+	}
+	c.logger.Log(ctx, level, "cAdvisor started", attrs...)
 	<-ctx.Done()
 	if err := m.Stop(); err != nil {
 		return fmt.Errorf("stop cAdvisor manager: %w", err)
@@ -140,7 +159,7 @@ func (c *Collector) Run(ctx context.Context) error {
 // collectors last, so that the registry gathers nothing before the
 // handler and Lookup consider cAdvisor started.
 func (c *Collector) start(ctx context.Context) (manager.Manager, error) {
-	m, err := c.newManager()
+	m, err := c.newManager(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +219,7 @@ func (c *Collector) waitForRootStats(ctx context.Context, m manager.Manager) {
 	}
 }
 
-func (c *Collector) newManager() (manager.Manager, error) {
+func (c *Collector) newManager(ctx context.Context) (manager.Manager, error) {
 	// cAdvisor reads its per-container housekeeping interval from a flag
 	// variable of its manager package rather than from an option; there is
 	// one cAdvisor per process, so setting it here is the supported way
@@ -210,7 +229,9 @@ func (c *Collector) newManager() (manager.Manager, error) {
 	if *manager.HousekeepingInterval != c.interval {
 		*manager.HousekeepingInterval = c.interval
 	}
-	if err := c.config.setRuntimeEndpoints(); err != nil {
+	cfg, why := c.config.guardEndpoints(ctx)
+	c.runtimesWhy = why
+	if err := cfg.setRuntimeEndpoints(); err != nil {
 		return nil, err
 	}
 	maxInterval := max(60*time.Second, c.interval)

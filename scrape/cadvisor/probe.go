@@ -1,0 +1,108 @@
+package cadvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// probeTimeout bounds the check that a runtime's API answers before
+// cAdvisor is let near it.
+const probeTimeout = 5 * time.Second
+
+// deadEndpoint is where cAdvisor is pointed for a runtime whose socket
+// accepts connections but never answers: dialing it fails at once, so
+// cAdvisor's factory fails to register instead of waiting forever.
+// cAdvisor's Docker plugin retries a timed-out status call at start
+// without end (container/docker/plugin.go, retryDockerStatus), which would
+// leave every scrape of /metrics/cadvisor waiting and no container
+// measured at all; a socket that refuses, or is absent, fails fast by
+// itself.
+const deadEndpoint = "unix:///dev/null/gpuscope-runtime-not-answering"
+
+// errNotAnswering marks a runtime socket that accepted a connection and
+// then said nothing within probeTimeout.
+var errNotAnswering = errors.New("accepts connections but does not answer")
+
+// probeRuntime asks a runtime's API for /_ping, as `docker version` does
+// first. It returns nil when anything HTTP answers (even an error status:
+// the runtime is alive, and cAdvisor will say what it dislikes),
+// errNotAnswering when the socket stays silent, and the dial error when it
+// cannot be reached at all.
+func probeRuntime(ctx context.Context, endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return err
+	}
+	network, address, host := "unix", u.Path, "runtime"
+	switch {
+	case u.Scheme == "tcp":
+		network, address, host = "tcp", u.Host, u.Host
+	case u.Scheme == "" && u.Path != "": // containerd's endpoint is a bare path
+	case u.Scheme != "unix":
+		return fmt.Errorf("unsupported endpoint %q", endpoint)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	dialer := &net.Dialer{}
+	conn, err := dialer.DialContext(ctx, network, address)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/_ping", nil)
+	if err != nil {
+		return err
+	}
+	if err := req.Write(conn); err != nil {
+		return fmt.Errorf("%w (write: %v)", errNotAnswering, err)
+	}
+	// Any first byte back means someone is there; containerd speaks gRPC
+	// and answers an HTTP/1 request with a protocol error, which is an
+	// answer too.
+	if _, err := conn.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return errNotAnswering
+		}
+		return err
+	}
+	return nil
+}
+
+// guardEndpoints probes the runtimes whose cAdvisor factories could wait
+// forever on a silent socket (Docker's and Podman's) and points those that
+// do not answer at deadEndpoint. It returns, per runtime, why it will be
+// measured as raw cgroups, for the one log line that says so.
+func (c Config) guardEndpoints(ctx context.Context) (Config, map[string]string) {
+	why := map[string]string{}
+	for _, ep := range []struct {
+		runtime string
+		value   *string
+	}{
+		{"docker", &c.DockerEndpoint},
+		{"podman", &c.PodmanEndpoint},
+	} {
+		if *ep.value == "" {
+			continue
+		}
+		err := probeRuntime(ctx, *ep.value)
+		switch {
+		case err == nil:
+		case errors.Is(err, errNotAnswering):
+			why[ep.runtime] = fmt.Sprintf("%s %v within %s", *ep.value, err, probeTimeout)
+			*ep.value = deadEndpoint
+		default:
+			why[ep.runtime] = fmt.Sprintf("%s: %v", *ep.value, err)
+		}
+	}
+	return c, why
+}
