@@ -98,11 +98,12 @@ cadvisor:
 		require.InDelta(t, want, float64(v[0].Value), 1e-9, q)
 	}
 
-	// cAdvisor's series go stale; those recorded from 5-minute rates keep
-	// the workload until their window has passed, as in Prometheus.
+	// cAdvisor's series (container_*) go stale; those the rules record
+	// over 1- and 5-minute windows keep the workload until their windows
+	// have passed, as in Prometheus.
 	pd.run(t, nil, "rm", "-f", "-t", "0", name)
 	eventually(t, 30*time.Second, "the removed container's series stale", func() error {
-		v, err := p.instant(fmt.Sprintf(`{job="cadvisor", workload=%q}`, name))
+		v, err := p.instant(fmt.Sprintf(`{__name__=~"container_.*", workload=%q}`, name))
 		if err != nil {
 			return err
 		}

@@ -129,8 +129,9 @@ func TestSlurm(t *testing.T) {
 	})
 
 	// The job ends by itself; slurmstepd removes its cgroups, and every
-	// cAdvisor series of the job goes stale (those recorded from 5-minute
-	// rates keep its labels until their window has passed).
+	// cAdvisor series (container_*) of the job goes stale; those the
+	// rules record over 1- and 5-minute windows keep its labels until
+	// their windows have passed.
 	require.NoError(t, os.WriteFile(stop, nil, 0o644))
 	select {
 	case err := <-srunDone:
@@ -138,7 +139,7 @@ func TestSlurm(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("srun did not end within 60 s of the stop file; stderr:\n%s", srunErr)
 	}
-	allQuery := fmt.Sprintf(`{job="cadvisor", slurm_job_id=%q}`, job)
+	allQuery := fmt.Sprintf(`{__name__=~"container_.*", slurm_job_id=%q}`, job)
 	eventually(t, 30*time.Second, "the ended job's series stale", func() error {
 		v, err := p.instant(allQuery)
 		if err != nil {
