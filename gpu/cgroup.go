@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,13 +97,29 @@ func cleanCgroupPath(p string) (string, error) {
 // each every 4 cycles). A /proc read costs about as much as the rest of a
 // cycle per GPU, so checking all of hundreds of pids every cycle would
 // multiply the cycle's cost.
+//
+// The same reads tell a process that is gone: no /proc/<pid> (it exited)
+// or state Z in its stat (it exited and its parent has not reaped it). A
+// listed pid found gone is a suspect, checked again every cycle it stays
+// listed; one found gone in two consecutive cycles is an orphan
+// (orphaned), whose GPU memory the driver holds for nobody. One cycle is
+// not enough: a process that exits between the driver's list and the
+// /proc read is gone for a moment and unlisted in the next cycle. An
+// absent /proc/<pid> counts only while gpuscope sees /proc/1 (init): a
+// /proc mounted with hidepid hides other users' processes from a
+// non-root gpuscope, which would take them all for gone.
 type pidResolver struct {
 	procRoot string
 	cycle    uint64
 	cache    map[uint32]pidEntry
+	suspects map[uint32]suspect
 	buf      []byte
 	path     []byte
 	every    uint64 // check each cached pid's start time every this many cycles
+	// seesInit is whether procRoot/1 exists, looked up once a cycle when
+	// a pid is found absent (0: not yet, 1: yes, 2: no).
+	seesInit      uint8
+	seesInitCycle uint64
 }
 
 type pidEntry struct {
@@ -111,14 +128,30 @@ type pidEntry struct {
 	seen  uint64
 }
 
+// suspect is a listed pid found gone: since is the first cycle of its
+// current streak, seen the last cycle it was found gone.
+type suspect struct {
+	since, seen uint64
+}
+
+// pidState is what /proc says of a listed pid.
+type pidState uint8
+
+const (
+	pidLive   pidState = iota // a process (or not known to be gone)
+	pidGone                   // no /proc/<pid>
+	pidZombie                 // state Z: exited, not reaped
+)
+
 // startChecksPerCycle is how many cached pids' start times a cycle checks.
 const startChecksPerCycle = 8
 
 func newPIDResolver(procRoot string) *pidResolver {
-	return &pidResolver{procRoot: procRoot, cache: map[uint32]pidEntry{}, buf: make([]byte, 4096), every: 1}
+	return &pidResolver{procRoot: procRoot, cache: map[uint32]pidEntry{}, suspects: map[uint32]suspect{}, buf: make([]byte, 4096), every: 1}
 }
 
-// beginCycle starts a cycle; endCycle forgets pids not resolved since.
+// beginCycle starts a cycle; endCycle forgets pids not resolved (or found
+// gone) since.
 func (r *pidResolver) beginCycle() {
 	r.cycle++
 	r.every = max(uint64((len(r.cache)+startChecksPerCycle-1)/startChecksPerCycle), 1)
@@ -130,30 +163,113 @@ func (r *pidResolver) endCycle() {
 			delete(r.cache, pid)
 		}
 	}
+	for pid, s := range r.suspects {
+		if s.seen != r.cycle {
+			delete(r.suspects, pid)
+		}
+	}
 }
 
-func (r *pidResolver) resolve(pid uint32) (string, error) {
+// resolve returns the container id of pid. A pid that /proc shows gone
+// (pidGone, pidZombie) has no id and is a suspect; orphaned says whether
+// it was gone in the previous cycle too.
+func (r *pidResolver) resolve(pid uint32) (string, pidState, error) {
+	if _, ok := r.suspects[pid]; ok {
+		// Found gone before: checked every cycle, never cached.
+		if st, _ := r.stat(pid); st != pidLive {
+			r.suspect(pid)
+			return "", st, errGone
+		}
+		delete(r.suspects, pid)
+	}
 	if e, ok := r.cache[pid]; ok {
-		if (uint64(pid)+r.cycle)%r.every != 0 || r.startTime(pid) == e.start {
+		if (uint64(pid)+r.cycle)%r.every != 0 {
 			e.seen = r.cycle
 			r.cache[pid] = e
-			return e.id, nil
+			return e.id, pidLive, nil
+		}
+		st, start := r.stat(pid)
+		if st != pidLive {
+			delete(r.cache, pid)
+			r.suspect(pid)
+			return "", st, errGone
+		}
+		if start == e.start {
+			e.seen = r.cycle
+			r.cache[pid] = e
+			return e.id, pidLive, nil
 		}
 		// Another process now has this pid.
 		delete(r.cache, pid)
 	}
-	start := r.startTime(pid)
+	st, start := r.stat(pid)
+	if st != pidLive {
+		r.suspect(pid)
+		return "", st, errGone
+	}
 	b, err := readSmallFile(string(r.procPath(pid, "/cgroup")), r.buf)
 	if err != nil {
-		return "", err
+		return "", pidLive, err
 	}
 	r.buf = b[:cap(b)]
 	id, err := cgroupIDFromProcFile(b)
 	if err != nil {
-		return "", fmt.Errorf("parse %s: %w", r.path, err)
+		return "", pidLive, fmt.Errorf("parse %s: %w", r.path, err)
 	}
 	r.cache[pid] = pidEntry{id: id, start: start, seen: r.cycle}
-	return id, nil
+	return id, pidLive, nil
+}
+
+// errGone is resolve's error for a pid /proc shows gone.
+var errGone = errors.New("process is gone")
+
+// suspect records that pid was found gone in this cycle.
+func (r *pidResolver) suspect(pid uint32) {
+	s, ok := r.suspects[pid]
+	if !ok || s.seen+1 < r.cycle {
+		s.since = r.cycle
+	}
+	s.seen = r.cycle
+	r.suspects[pid] = s
+}
+
+// orphaned says whether pid, found gone in this cycle, was found gone in
+// the previous cycle too.
+func (r *pidResolver) orphaned(pid uint32) bool {
+	s, ok := r.suspects[pid]
+	return ok && s.seen == r.cycle && s.since < r.cycle
+}
+
+// stat reads /proc/<pid>/stat: the process's state and start time (0 if
+// unreadable). A pid whose stat cannot be read is gone if /proc/<pid> does
+// not exist either, and gpuscope sees init's; else it is taken as live.
+func (r *pidResolver) stat(pid uint32) (pidState, uint64) {
+	b, err := readSmallFile(string(r.procPath(pid, "/stat")), r.buf)
+	if err != nil {
+		if r.absent(pid) {
+			return pidGone, 0
+		}
+		return pidLive, 0
+	}
+	r.buf = b[:cap(b)]
+	if statState(b) == 'Z' {
+		return pidZombie, 0
+	}
+	return pidLive, statStartTime(b)
+}
+
+// absent says whether procRoot/<pid> does not exist while procRoot/1 does.
+func (r *pidResolver) absent(pid uint32) bool {
+	if _, err := os.Stat(string(r.procPath(pid, ""))); !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if r.seesInitCycle != r.cycle || r.seesInit == 0 {
+		r.seesInit, r.seesInitCycle = 2, r.cycle
+		if _, err := os.Stat(string(r.procPath(1, ""))); err == nil {
+			r.seesInit = 1
+		}
+	}
+	return r.seesInit == 1
 }
 
 func (r *pidResolver) procPath(pid uint32, file string) []byte {
@@ -164,15 +280,18 @@ func (r *pidResolver) procPath(pid uint32, file string) []byte {
 	return r.path
 }
 
-// startTime returns field 22 of /proc/<pid>/stat, the process start time
-// in clock ticks since boot, or 0 if it cannot be read.
-func (r *pidResolver) startTime(pid uint32) uint64 {
-	b, err := readSmallFile(string(r.procPath(pid, "/stat")), r.buf)
-	if err != nil {
+// statState returns field 3 (state) of /proc/<pid>/stat content: R, S,
+// D, Z, ...; 0 if it cannot be parsed.
+func statState(b []byte) byte {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
 		return 0
 	}
-	r.buf = b[:cap(b)]
-	return statStartTime(b)
+	rest := bytes.TrimLeft(b[i+1:], " ")
+	if len(rest) == 0 {
+		return 0
+	}
+	return rest[0]
 }
 
 // statStartTime parses field 22 (starttime) of /proc/<pid>/stat content.

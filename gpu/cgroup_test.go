@@ -93,7 +93,7 @@ func TestPIDResolverCachesWhilePidIsSeen(t *testing.T) {
 	r := newPIDResolver(proc)
 
 	r.beginCycle()
-	id, err := r.resolve(7)
+	id, _, err := r.resolve(7)
 	require.NoError(t, err)
 	require.Equal(t, "/a", id)
 	r.endCycle()
@@ -101,7 +101,7 @@ func TestPIDResolverCachesWhilePidIsSeen(t *testing.T) {
 	// While the pid keeps running on a GPU its cgroup is not read again.
 	require.NoError(t, os.Remove(filepath.Join(proc, "7", "cgroup")))
 	r.beginCycle()
-	id, err = r.resolve(7)
+	id, _, err = r.resolve(7)
 	require.NoError(t, err)
 	require.Equal(t, "/a", id)
 	r.endCycle()
@@ -111,11 +111,11 @@ func TestPIDResolverCachesWhilePidIsSeen(t *testing.T) {
 	r.endCycle()
 	writeProc(t, proc, 7, "0::/b\n")
 	r.beginCycle()
-	id, err = r.resolve(7)
+	id, _, err = r.resolve(7)
 	require.NoError(t, err)
 	require.Equal(t, "/b", id)
 
-	_, err = r.resolve(8)
+	_, _, err = r.resolve(8)
 	require.Error(t, err)
 }
 
@@ -126,7 +126,7 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	writeProc(t, proc, 3, "0::/a\n")
 	g := newContainerGrouper(proc, newContainerNamer(nil, nil))
 	g.beginCycle()
-	out, unresolved := g.group(
+	out, _, unresolved := g.group(
 		[]nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1}, {Pid: 2, UsedGpuMemory: 2}, {Pid: 3, UsedGpuMemory: 3}, {Pid: 4, UsedGpuMemory: 4}},
 		[]nvml.ProcessUtilizationSample{{Pid: 2, SmUtil: 70}, {Pid: 3, SmUtil: 60}},
 	)
@@ -165,14 +165,14 @@ func TestPIDResolverCatchesPIDReuse(t *testing.T) {
 	writeProcStart(t, proc, 7, "0::/a\n", 500)
 	r := newPIDResolver(proc)
 	r.beginCycle()
-	id, err := r.resolve(7)
+	id, _, err := r.resolve(7)
 	require.NoError(t, err)
 	require.Equal(t, "/a", id)
 	r.endCycle()
 
 	writeProcStart(t, proc, 7, "0::/b\n", 900)
 	r.beginCycle()
-	id, err = r.resolve(7)
+	id, _, err = r.resolve(7)
 	require.NoError(t, err)
 	require.Equal(t, "/b", id, "the new process's container")
 	r.endCycle()
@@ -185,7 +185,7 @@ func TestPIDResolverCatchesPIDReuse(t *testing.T) {
 	resolveAll := func() {
 		r.beginCycle()
 		for pid := uint32(1000); pid < 1256; pid++ {
-			_, err := r.resolve(pid)
+			_, _, err := r.resolve(pid)
 			require.NoError(t, err)
 		}
 		r.endCycle()
@@ -195,7 +195,7 @@ func TestPIDResolverCatchesPIDReuse(t *testing.T) {
 	for range 32 {
 		resolveAll()
 	}
-	id, err = r.resolve(1100)
+	id, _, err = r.resolve(1100)
 	require.NoError(t, err)
 	require.Equal(t, "/d", id)
 }

@@ -22,6 +22,8 @@ type descs struct {
 	containerMemory *prometheus.Desc
 	containerSM     *prometheus.Desc
 	containerProcs  *prometheus.Desc
+	orphanMemory    *prometheus.Desc
+	orphanProcs     *prometheus.Desc
 	fieldSupported  *prometheus.Desc
 	lastSample      *prometheus.Desc
 	mig             *migDescs // per GPU instance (mig.go)
@@ -70,6 +72,8 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		d.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, container, nil)
 		d.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			"Compute processes of a container on the GPU.", container, nil)
+		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, dcgm, nil)
+		d.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, dcgm, nil)
 	}
 	d.fieldSupported = prometheus.NewDesc("gpuscope_gpu_field_supported",
 		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
@@ -196,6 +200,7 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 		}
 		if d.containerMemory != nil {
 			out = appendContainers(out, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
+			out = appendOrphans(out, d.orphanMemory, d.orphanProcs, g, info.dcgmLabels)
 		}
 		out = appendSupported(out, d.fieldSupported, d.enabled, g.set, g.unsupported, info.ownLabels[0], info.ownLabels[1])
 		out = d.renderInstances(out, g)
@@ -229,6 +234,26 @@ func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, 
 		}
 	}
 	return out
+}
+
+// The orphan series: GPU memory the driver lists for processes that are
+// gone (process.go), per GPU or GPU instance, with the dcgm labels.
+const (
+	orphanMemoryName = "gpuscope_gpu_orphaned_memory_bytes"
+	orphanMemoryHelp = "GPU memory the driver lists for processes that are gone: no /proc/<pid>, or a zombie not reaped by its parent, in two consecutive sampling cycles. Only where gpuscope sees the host's processes (pid namespace and /proc without hidepid)."
+	orphanProcsName  = "gpuscope_gpu_orphaned_processes"
+	orphanProcsHelp  = "Processes the driver lists on the GPU that are gone (see gpuscope_gpu_orphaned_memory_bytes)."
+)
+
+// appendOrphans renders the orphan series of a GPU (or GPU instance) whose
+// process list was read, 0 when none is gone.
+func appendOrphans(out []prometheus.Metric, mem, procs *prometheus.Desc, g *gpuSample, labels []string) []prometheus.Metric {
+	if !g.set.has(fContainerMemory) {
+		return out
+	}
+	return append(out,
+		prometheus.MustNewConstMetric(mem, prometheus.GaugeValue, g.orphans.memoryBytes, labels...),
+		prometheus.MustNewConstMetric(procs, prometheus.GaugeValue, float64(g.orphans.processes), labels...))
 }
 
 // appendSupported renders gpuscope_gpu_field_supported for the fields of

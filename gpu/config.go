@@ -37,9 +37,12 @@ const (
 	ScenarioThermal     = "thermal"
 	ScenarioXID         = "xid"
 	ScenarioMIG         = "mig"
+	ScenarioHeldIdle    = "held-idle"
+	ScenarioOrphan      = "orphan"
 )
 
-var scenarios = []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID, ScenarioMIG}
+var scenarios = []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID, ScenarioMIG,
+	ScenarioHeldIdle, ScenarioOrphan}
 
 // Config is the `gpu:` section of gpuscope's config file. Every field has a
 // working default (DefaultConfig); the config package decodes into a copy of
@@ -116,9 +119,14 @@ type SimConfig struct {
 // SimGPU is the workload of one simulated GPU.
 type SimGPU struct {
 	// Scenario is one of idle, training, leak, input-bound, memory-bound,
-	// thermal, xid, mig (default idle). mig is an H100 in MIG mode as one
-	// 3g.40gb and two 2g.20gb GPU instances, running a training job in
-	// <container>/train and an inference server in <container>/serve.
+	// thermal, xid, mig, held-idle, orphan (default idle). mig is an H100
+	// in MIG mode as one 3g.40gb and two 2g.20gb GPU instances, running a
+	// training job in <container>/train and an inference server in
+	// <container>/serve. held-idle is a job that holds 10 GiB and hardly
+	// computes (SM share and GPU utilisation about 1 %: GPUHeldIdle);
+	// orphan is 6 GiB the driver lists for a process that is gone (a pid
+	// no Linux gives), which has no container
+	// (gpuscope_gpu_orphaned_memory_bytes: GPUMemoryHeldByGoneProcess).
 	Scenario string `yaml:"scenario"`
 	// Container is the cgroup path of the container running the GPU's
 	// process, as cAdvisor names it in its id label (for example
@@ -276,6 +284,8 @@ func (g SimGPU) validatePID() error {
 		return errors.New("an idle GPU runs no process; set a scenario such as training")
 	case g.Scenario == ScenarioMIG:
 		return errors.New("not with the mig scenario, whose two jobs run in <container>/train and <container>/serve")
+	case g.Scenario == ScenarioOrphan:
+		return errors.New("not with the orphan scenario, whose process is gone by design")
 	}
 	return nil
 }

@@ -88,6 +88,7 @@ func (s *gpuSample) dropInstanceFields() {
 	s.set &^= instanceFields
 	s.unsupported &^= instanceFields
 	s.containers = nil
+	s.orphans = orphanUsage{}
 }
 
 // dcgmProfileName names a GPU instance profile as DCGM does, and so as
@@ -110,6 +111,8 @@ type migDescs struct {
 	containerMemory *prometheus.Desc
 	containerSM     *prometheus.Desc
 	containerProcs  *prometheus.Desc
+	orphanMemory    *prometheus.Desc
+	orphanProcs     *prometheus.Desc
 	fieldSupported  *prometheus.Desc
 }
 
@@ -129,6 +132,8 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 		m.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, withMIG(container), nil)
 		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			"Compute processes of a container on the GPU.", withMIG(container), nil)
+		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
+		m.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withMIG(dcgm), nil)
 	}
 	m.fieldSupported = prometheus.NewDesc("gpuscope_gpu_field_supported",
 		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
@@ -149,6 +154,7 @@ func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometh
 		}
 		if m.containerMemory != nil {
 			out = appendContainers(out, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
+			out = appendOrphans(out, m.orphanMemory, m.orphanProcs, &is.gpuSample, info.dcgmLabels)
 		}
 		out = appendSupported(out, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 	}

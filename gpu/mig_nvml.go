@@ -338,12 +338,12 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 	}
 	r.s.set.add(fContainerMemory)
 	r.s.unsupported.add(fContainerSM)
-	cs, unresolved := b.grouper.group(m.procs, nil)
+	cs, orphans, unresolved := b.grouper.group(m.procs, nil)
 	if unresolved > 0 && len(cs) == 0 {
 		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[fContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d processes of GPU instance %d (is gpuscope outside the host pid namespace?)", unresolved, in.id)})
 	}
-	r.s.containers = cs
+	r.s.containers, r.s.orphans = cs, orphans
 }
 
 // readInstanceGPM reads the GPU instance's engine activity with

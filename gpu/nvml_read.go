@@ -547,10 +547,10 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 		utils = nil
 		r.ok(ret, fContainerSM)
 	}
-	cs, unresolved := b.grouper.group(procs, utils)
+	cs, orphans, unresolved := b.grouper.group(procs, utils)
 	if unresolved > 0 && len(cs) == 0 {
 		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[fContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d GPU processes (is gpuscope outside the host pid namespace?)", unresolved)})
 	}
-	r.s.containers = cs
+	r.s.containers, r.s.orphans = cs, orphans
 }

@@ -63,7 +63,15 @@ func (g *containerGrouper) endCycle() {
 // privileges) has no memory value rather than a partial one. Processes
 // whose cgroup cannot be read (exited meanwhile, or in another pid
 // namespace) are left out and counted in unresolved.
-func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []containerUsage, unresolved int) {
+//
+// Processes that are gone (no /proc/<pid>, or a zombie) are left out of
+// the containers too: the memory the driver lists for them is held for
+// nobody. Once found gone in two consecutive cycles (pidResolver) they
+// are orphans, summed in orphans; in the first cycle a vanished one
+// counts in unresolved, as a process may exit between the driver's list
+// and the /proc read. Orphan memory the driver withholds is not summed
+// (the process is still counted).
+func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []containerUsage, orphans orphanUsage, unresolved int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	clear(g.perPID)
@@ -86,11 +94,21 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		g.perPID[s.Pid] = u
 	}
 	if len(g.perPID) == 0 {
-		return nil, 0
+		return nil, orphans, 0
 	}
 	clear(g.byID)
 	for pid, u := range g.perPID {
-		id, err := g.pids.resolve(pid)
+		id, state, err := g.pids.resolve(pid)
+		if state != pidLive {
+			switch {
+			case g.pids.orphaned(pid):
+				orphans.processes++
+				orphans.memoryBytes += u.memoryBytes
+			case state == pidGone:
+				unresolved++
+			}
+			continue
+		}
 		if err != nil {
 			unresolved++
 			continue
@@ -113,7 +131,15 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		out[i].smPercent = min(out[i].smPercent, 100)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	return out, unresolved
+	return out, orphans, unresolved
+}
+
+// orphanUsage is what the driver lists on a GPU (or GPU instance) for
+// processes that are gone: gpuscope_gpu_orphaned_memory_bytes and
+// gpuscope_gpu_orphaned_processes.
+type orphanUsage struct {
+	memoryBytes float64
+	processes   int
 }
 
 // containerNamer gives a container its labels besides its id: cAdvisor's

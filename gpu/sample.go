@@ -72,6 +72,9 @@ type gpuSample struct {
 	// containers is the GPU's compute processes grouped by container,
 	// sorted by id (fields fContainerMemory, fContainerSM).
 	containers []containerUsage
+	// orphans is what the driver lists for processes that are gone
+	// (process.go); published with fContainerMemory, whose read it is.
+	orphans orphanUsage
 	// instances are the GPU instances of a GPU in MIG mode, by GPU_I_ID
 	// (mig.go); the GPU itself then keeps its whole-GPU fields only.
 	instances []instanceSample

@@ -75,13 +75,21 @@ func (b *simBackend) open(ctx context.Context) error {
 		if spec.Scenario == "" {
 			spec.Scenario = ScenarioIdle
 		}
-		if spec.PID != 0 {
+		switch {
+		case spec.Scenario == ScenarioOrphan:
+			// The driver lists a process that is gone: a pid Linux never
+			// gives, so gone in every pid namespace, in no container.
+			spec.Container = ""
+		case spec.PID != 0:
 			// The process's own container, found each cycle, wins.
 			spec.Container = ""
-		} else if spec.Container == "" && spec.Scenario != ScenarioIdle {
+		case spec.Container == "" && spec.Scenario != ScenarioIdle:
 			spec.Container = fmt.Sprintf("/gpuscope-sim/gpu%d", i)
 		}
 		b.gpus[i] = newSimGPU(i, spec, b.cfg, b.hostname, b.withHost)
+		if spec.Scenario == ScenarioOrphan {
+			b.gpus[i].pid = orphanPID
+		}
 		if spec.PID != 0 && b.fields.has(fContainerMemory) && foreignPIDNamespace(b.procRoot) {
 			b.logger.Warn("gpuscope is not in the host's pid namespace; a simulated GPU process given by its host pid will not be found (run gpuscope with the host's pid namespace, e.g. docker --pid host)",
 				"gpu", i, "pid", spec.PID, "pid_namespace", filepath.Join(b.procRoot, "self/ns/pid"))
@@ -262,14 +270,16 @@ func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) error {
 // process, it exited, or gpuscope is in another pid namespace) is what a
 // vanished process is to the NVML backend: the GPU has no per-container
 // series in this cycle, and the read counts in
-// gpuscope_gpu_collector_errors_total{field="gpuscope_gpu_container_memory_used_bytes"}.
+// gpuscope_gpu_collector_errors_total{field="gpuscope_gpu_container_memory_used_bytes"};
+// a pid gone (no /proc/<pid>, or a zombie) for two cycles is an orphan,
+// its memory in gpuscope_gpu_orphaned_memory_bytes, as for a real GPU.
 func (b *simBackend) fillProcess(s *gpuSample, g *simGPU, usedMiB, util float64) error {
 	pid := uint32(g.pid)
-	cs, unresolved := b.grouper.group(
+	cs, orphans, unresolved := b.grouper.group(
 		[]nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: uint64(usedMiB) * bytesPerMiB}},
 		[]nvml.ProcessUtilizationSample{{Pid: pid, SmUtil: uint32(util)}},
 	)
-	s.containers = cs
+	s.containers, s.orphans = cs, orphans
 	if unresolved > 0 && len(cs) == 0 {
 		return fmt.Errorf("cannot read the cgroup of the simulated GPU process %d (no such process, or gpuscope is outside the host pid namespace?)", pid)
 	}

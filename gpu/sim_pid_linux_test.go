@@ -94,5 +94,10 @@ func TestSimPIDJoinsItsContainer(t *testing.T) {
 		require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
 		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
 			map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}))
+		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}), "it may have just exited")
+
+		// Still listed a cycle later: an orphan.
+		c.collectOnce(bg)
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}))
 	})
 }

@@ -23,6 +23,8 @@ func TestSimPIDValidate(t *testing.T) {
 		{"idle by default", SimGPU{PID: 4242}, "gpu.sim.gpus[1].pid: an idle GPU runs no process; set a scenario such as training"},
 		{"idle", SimGPU{Scenario: ScenarioIdle, PID: 4242}, "gpu.sim.gpus[1].pid: an idle GPU runs no process; set a scenario such as training"},
 		{"mig", SimGPU{Scenario: ScenarioMIG, PID: 4242}, "gpu.sim.gpus[1].pid: not with the mig scenario, whose two jobs run in <container>/train and <container>/serve"},
+		{"orphan", SimGPU{Scenario: ScenarioOrphan, PID: 4242}, "gpu.sim.gpus[1].pid: not with the orphan scenario, whose process is gone by design"},
+		{"held-idle", SimGPU{Scenario: ScenarioHeldIdle, PID: 4242}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -38,10 +40,12 @@ func TestSimPIDValidate(t *testing.T) {
 }
 
 // TestSimPIDVanished: a simulated GPU process whose pid does not exist is
-// what a GPU process that the driver lists but whose cgroup cannot be read
-// (it exited meanwhile) is to the NVML backend: the GPU has no
-// per-container series, its other series stay, and the failed read counts
-// in gpuscope_gpu_collector_errors_total{gpu, field="gpuscope_gpu_container_memory_used_bytes"}.
+// what a GPU process that the driver lists but that is gone is to the
+// NVML backend: the GPU has no per-container series, its other series
+// stay; in the first cycle the failed read counts in
+// gpuscope_gpu_collector_errors_total{gpu, field="gpuscope_gpu_container_memory_used_bytes"}
+// (it may have just exited), from the second its memory is orphaned
+// (gpuscope_gpu_orphaned_memory_bytes).
 func TestSimPIDVanished(t *testing.T) {
 	// Linux gives pids below pid_max, at most maxPID: this one never exists.
 	const gone = maxPID
@@ -53,8 +57,10 @@ func TestSimPIDVanished(t *testing.T) {
 		for _, name := range []string{"gpuscope_gpu_container_memory_used_bytes", "gpuscope_gpu_container_sm_utilization_percent", "gpuscope_gpu_container_processes"} {
 			require.Empty(t, gather(t, reg, name), name)
 		}
-		require.Equal(t, 3.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
-			map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}), "one failed read a cycle")
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
+			map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}), "one failed read, in the first cycle")
+		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}))
+		require.Positive(t, mustLookup(t, reg, "gpuscope_gpu_orphaned_memory_bytes", map[string]string{"gpu": "0"}))
 		mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", map[string]string{"gpu": "0"})
 		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
 	}

@@ -17,6 +17,14 @@ const (
 	xidAt   = 600 // the xid scenario's job dies of XID 79 after 10 minutes
 	xidCode = 79  // GPU has fallen off the bus
 
+	heldIdleMiB = 10240 // the held-idle job's memory: 10 GiB ...
+	heldIdleSM  = 1     // ... at about 1 % SM share and GPU utilisation
+
+	orphanMiB = 6144 // what the driver lists for the orphan scenario's gone process
+	// orphanPID is the orphan scenario's process: Linux gives pids below
+	// pid_max, at most maxPID, so this one exists in no pid namespace.
+	orphanPID = maxPID
+
 	boostClockMHz = 1980
 	idleClockMHz  = 345
 	memClockMHz   = 2619
@@ -88,6 +96,25 @@ func (g *simGPU) step(t, dt float64) simState {
 		st = g.idle(noise)
 	case ScenarioMIG:
 		st = g.migStep(t, noise)
+	case ScenarioHeldIdle:
+		// A job that holds its memory and hardly computes: a notebook's
+		// kernel left open, a training loop stuck on a dead peer.
+		st = g.busy(clamp(heldIdleSM+noise(0.3), 0, 3), heldIdleMiB+noise(1), noise)
+		st.memCopyUtil = 0
+		st.power = 88 + noise(2)
+		st.temp = 33 + noise(0.5)
+		st.tensor = 0
+		st.dram = clamp(0.005+noise(0.002), 0, 1)
+		st.pcieTx = math.Max(80e3+noise(8e3), 0)
+		st.pcieRx = math.Max(80e3+noise(8e3), 0)
+		st.nvlinkMBs = 0
+	case ScenarioOrphan:
+		// Nothing runs; the driver still lists orphanMiB for a process
+		// that is gone (orphanPID).
+		st = g.idle(noise)
+		st.memUsedMiB = orphanMiB
+		st.power = 76 + noise(2)
+		st.process = true
 	default:
 		st = g.idle(noise)
 	}
