@@ -49,6 +49,8 @@ func workloads() *dashboard.DashboardBuilder {
 			AllValue(".*")).
 		WithRow(dashboard.NewRowBuilder("GPUs")).
 		WithPanel(workloadsOnGPUsPanel()).
+		WithRow(dashboard.NewRowBuilder("Runs")).
+		WithPanel(runsPanel()).
 		WithRow(dashboard.NewRowBuilder("CPU")).
 		WithPanel(timeseriesPanel("CPU used vs limit", "Cores used (5-minute rate, recorded) and the limit: the CFS quota, or the host's cores where there is none.", unitCores,
 			target(`instance_id:container_cpu_usage_seconds:rate5m{`+workloadSel+`}`, "used "+workloadLegend),
@@ -128,6 +130,59 @@ func workloadsOnGPUsPanel() *table.PanelBuilder {
 		OverrideByName("SM share", unit(unitPercent)).
 		OverrideByName("CPU saturation", append(unit(unitPercentUnit), dashboard.DynamicConfigValue{Id: "thresholds", Value: thresholdsValue(0.8)}, dashboard.DynamicConfigValue{Id: "custom.cellOptions", Value: map[string]any{"type": "color-text"}})).
 		SortBy([]cog.Builder[common.TableSortByFieldState]{common.NewTableSortByFieldStateBuilder().DisplayName("GPU memory").Desc(true)})
+}
+
+// runs is the row key of the "Runs" table: one row per run (a workload's
+// cgroup on a node, package accounting) seen in the dashboard's range: every
+// cgroup that held a GPU, and every container and Slurm job. Every query of
+// the table returns these labels, so merge joins a run's columns.
+const runs = `group by (instance, id, workload, runtime, image, slurm_job_id) (last_over_time(gpu_workload:gpu_held:present{` + workloadSel + `}[$__range]))
+or
+group by (instance, id, workload, runtime, image, slurm_job_id) (last_over_time(workload:cpu_usage_cores:rate1m{` + workloadSel + `, runtime=~"docker|podman|containerd|slurm"}[$__range]))`
+
+// accountingInterval is the gpuscope.accounting group's interval in
+// seconds: each of its samples stands for that long. Not $__interval: the
+// group records once a minute whatever the panel's step.
+const accountingInterval = "60"
+
+// runsPanel is the run report (`gpuscope workloads`, /api/v1/workloads)
+// over the dashboard's range, one row per run: its workload, node, image
+// or Slurm job, GPU-hours, average SM share, peak GPU memory, energy and
+// CPU core-seconds, each the gpuscope.accounting group's samples
+// integrated over $__range as the report does.
+func runsPanel() *table.PanelBuilder {
+	column := func(expr string) string {
+		return "(\n" + runs + "\n)\n  * on (instance, id) group_left ()\n(\n  " + expr + "\n)"
+	}
+	unit := func(u string, decimals float64) []dashboard.DynamicConfigValue {
+		return []dashboard.DynamicConfigValue{{Id: "unit", Value: u}, {Id: "decimals", Value: decimals}}
+	}
+	return tablePanel("Runs", "One row per run (a workload's cgroup on a node) seen in the dashboard's time range: every cgroup that held a GPU, and every container and Slurm job. GPU-hours: the GPUs it had a process on, summed over the range; SM share: its average across its GPUs; GPU memory: the most it held; kWh: its part of its GPUs' energy (a GPU's whole power, idle included, goes to the workloads holding it each minute, split by SM share, evenly where none computes); CPU: core-seconds used. Integrated from the gpuscope.accounting rules' per-minute samples, ±1 minute at each end of a run. Where rules.builtin.time_scale is set (the demo, tests) the rules run that many times a minute and the figures are in simulated time. gpuscope workloads prints the same report with start, end, alerts and XIDs.", unitCount,
+		instantTarget(column(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_held:present{`+workloadSel+`}[$__range])) * `+accountingInterval+` / 3600`), "GPU-hours").RefId("A"),
+		instantTarget(column(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:ratio{`+workloadSel+`}[$__range])) / sum by (instance, id) (count_over_time(gpu_workload:gpu_sm_share:ratio{`+workloadSel+`}[$__range]))`), "SM share").RefId("B"),
+		instantTarget(column(`max by (instance, id) (max_over_time(gpu_workload:gpu_memory_used_bytes:max1m{`+workloadSel+`}[$__range]))`), "GPU memory").RefId("C"),
+		instantTarget(column(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_power_watts:apportioned{`+workloadSel+`}[$__range])) * `+accountingInterval+` / 3.6e6`), "kWh").RefId("D"),
+		instantTarget(column(`sum by (instance, id) (sum_over_time(workload:cpu_usage_cores:rate1m{`+workloadSel+`}[$__range])) * `+accountingInterval), "CPU core-seconds").RefId("E")).
+		Span(24).
+		Height(9).
+		WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}}).
+		WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+			"excludeByName": map[string]any{"Time": true, "id": true},
+			"indexByName": map[string]any{
+				"workload": 0, "runtime": 1, "image": 2, "slurm_job_id": 3, "instance": 4,
+				"Value #A": 5, "Value #B": 6, "Value #C": 7, "Value #D": 8, "Value #E": 9,
+			},
+			"renameByName": map[string]any{
+				"workload": "Workload", "runtime": "Runtime", "image": "Image", "slurm_job_id": "Slurm job", "instance": "Node",
+				"Value #A": "GPU-hours", "Value #B": "SM share (avg)", "Value #C": "GPU memory (peak)", "Value #D": "kWh", "Value #E": "CPU core-seconds",
+			},
+		}}).
+		OverrideByName("GPU-hours", unit(unitCount, 2)).
+		OverrideByName("SM share (avg)", unit(unitPercentUnit, 0)).
+		OverrideByName("GPU memory (peak)", unit(unitBytes, 1)).
+		OverrideByName("kWh", unit(unitCount, 3)).
+		OverrideByName("CPU core-seconds", unit(unitCount, 0)).
+		SortBy([]cog.Builder[common.TableSortByFieldState]{common.NewTableSortByFieldStateBuilder().DisplayName("GPU-hours").Desc(true)})
 }
 
 // thresholdsValue is thresholds(steps...) as a field override's value.

@@ -2,11 +2,13 @@ package dashboards
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
@@ -197,4 +199,107 @@ func rowKey(m labels.Labels) string {
 		parts = append(parts, name+`="`+m.Get(name)+`"`)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// TestRunsTable runs the "Runs" table's queries as Grafana sends them over
+// a 2-hour range of the gpuscope.accounting group's per-minute samples and
+// checks the report's figures: a job alone on a GPU for 2 h at 300 W is
+// 2.00 GPU-hours and 0.600 kWh; a container without a GPU has a row with
+// its CPU core-seconds; a systemd unit without a GPU has none. Every query
+// returns the same row labels, so merge makes one line per run.
+func TestRunsTable(t *testing.T) {
+	const (
+		job  = `instance="n1", id="/slurm/uid_1000/job_7/step_0", workload="job 7", runtime="slurm", slurm_job_id="7", slurm_step="0", slurm_user="alice"`
+		web  = `instance="n1", id="/docker/web", workload="web", runtime="docker", image="nginx:1"`
+		unit = `instance="n1", id="/system.slice/cron.service", workload="cron.service", runtime="systemd"`
+		raw  = `instance="n2", id="/gpu-box", workload="/gpu-box", runtime="cgroup"`
+	)
+	storage := promqltest.LoadedStorage(t, `
+load 1m
+  gpu_workload:gpu_held:present{`+job+`, gpu="0", UUID="GPU-a"} 1x120
+  gpu_workload:gpu_sm_share:ratio{`+job+`, gpu="0", UUID="GPU-a"} 0.8x120
+  gpu_workload:gpu_memory_used_bytes:max1m{`+job+`, gpu="0", UUID="GPU-a"} 0+1e8x120
+  gpu_workload:gpu_power_watts:apportioned{`+job+`, gpu="0", UUID="GPU-a"} 300x120
+  workload:cpu_usage_cores:rate1m{`+job+`} 2x120
+  workload:cpu_usage_cores:rate1m{`+web+`} 0.5x120
+  workload:cpu_usage_cores:rate1m{`+unit+`} 0.1x120
+  gpu_workload:gpu_held:present{`+raw+`, gpu="1", UUID="GPU-b"} _x60 1x59
+  gpu_workload:gpu_sm_share:ratio{`+raw+`, gpu="1", UUID="GPU-b"} _x60 0.2x29 0.4x29
+  gpu_workload:gpu_memory_used_bytes:max1m{`+raw+`, gpu="1", UUID="GPU-b"} _x60 5e9x59
+  gpu_workload:gpu_power_watts:apportioned{`+raw+`, gpu="1", UUID="GPU-b"} _x60 100x59
+`)
+	t.Cleanup(func() { storage.Close() })
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute})
+
+	set, err := Build()
+	require.NoError(t, err)
+	d, _ := set.Dashboard(UIDWorkloads)
+	var table *dashboard.Panel
+	for _, pr := range d.Panels {
+		if pr.Panel != nil && *pr.Panel.Title == "Runs" {
+			table = pr.Panel
+		}
+	}
+	require.NotNil(t, table, "a Runs table")
+	require.Equal(t, "table", table.Type)
+	var ids []string
+	for _, tr := range table.Transformations {
+		ids = append(ids, tr.Id)
+	}
+	require.Equal(t, []string{"merge", "organize"}, ids, "one row per run, columns named")
+
+	at := time.Unix(0, 0).Add(120 * time.Minute)
+	r := TimeRange{From: at.Add(-2 * time.Hour), To: at, MaxDataPoints: 1000, ScrapeInterval: 15 * time.Second}
+	all := func(name string, values ...string) Selection {
+		return Selection{Variable: Variable{Name: name, Multi: true, IncludeAll: true, AllValue: ".*"}, Values: values, All: true}
+	}
+	vars := map[string]Selection{
+		"instance": {Variable: Variable{Name: "instance", Multi: true, IncludeAll: true}, Values: []string{"n1", "n2"}, All: true},
+		"runtime":  all("runtime", "cgroup", "docker", "slurm", "systemd"),
+		"workload": all("workload"),
+	}
+	// GPU-hours, SM share, GPU memory, kWh, CPU core-seconds; NaN: no cell.
+	nan := math.NaN()
+	want := map[string][]float64{
+		"job 7":    {2, 0.8, 120e8, 0.6, 2 * 60 * 120},
+		"web":      {nan, nan, nan, nan, 0.5 * 60 * 120},
+		"/gpu-box": {1, 0.3, 5e9, 100 * 60 * 60 / 3.6e6, nan},
+	}
+	got := map[string][]float64{}
+	rowLabels := []string{"id", "image", "instance", "runtime", "slurm_job_id", "workload"}
+	require.Len(t, table.Targets, 5)
+	for i, tg := range table.Targets {
+		q := tg.(prometheus.Dataquery)
+		require.True(t, q.Instant != nil && *q.Instant, "instant queries, one value per cell")
+		require.Contains(t, q.Expr, "[$__range]", "over the dashboard's range")
+		expr := Interpolate(q.Expr, vars, r)
+		qry, err := engine.NewInstantQuery(context.Background(), storage, nil, expr, at)
+		require.NoError(t, err, expr)
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, expr)
+		vec, err := res.Vector()
+		require.NoError(t, err)
+		for _, s := range vec {
+			s.Metric.Range(func(l labels.Label) {
+				require.Contains(t, rowLabels, l.Name, "query %s: a label merge would make a column of", *q.RefId)
+			})
+			w := s.Metric.Get("workload")
+			if got[w] == nil {
+				got[w] = []float64{nan, nan, nan, nan, nan}
+			}
+			got[w][i] = s.F
+		}
+		qry.Close()
+	}
+	require.Len(t, got, len(want), "rows: %v", got)
+	for w, values := range want {
+		require.Contains(t, got, w)
+		for i, v := range values {
+			if math.IsNaN(v) {
+				require.True(t, math.IsNaN(got[w][i]), "%s column %d: %v", w, i, got[w][i])
+				continue
+			}
+			require.InDelta(t, v, got[w][i], 1e-9*math.Max(1, v), "%s column %d: %v", w, i, got)
+		}
+	}
 }
