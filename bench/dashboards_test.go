@@ -54,7 +54,7 @@ const (
 //	go test -run '^$' -bench BenchmarkDashboardLoad -benchtime 5x -count 3 -timeout 60m ./bench/
 //
 // The first run generates the data (33 M scraped and 8 M recorded samples)
-// into $TMPDIR/gpuscope-bench-dashboards-v6 and reuses it after.
+// into $TMPDIR/gpuscope-bench-dashboards-v7 and reuses it after.
 func BenchmarkDashboardLoad(b *testing.B) {
 	db, end := benchData(b)
 	engine := promql.NewEngine(promql.EngineOpts{
@@ -290,7 +290,7 @@ func expandRecordingRules(b testing.TB, expr string, records map[string][]record
 // of retention would have it after a day: compacted blocks up to 36 h long
 // (a tenth of the retention).
 func benchData(b *testing.B) (*tsdb.DB, time.Time) {
-	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v6")
+	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v7")
 	opts := tsdb.DefaultOptions()
 	opts.RetentionDuration = (15 * 24 * time.Hour).Milliseconds()
 	opts.MaxBlockDuration = opts.RetentionDuration / 10
@@ -417,6 +417,7 @@ func generate(b *testing.B, db *tsdb.DB, end time.Time) int {
 			id := fmt.Sprintf("/gpuscope-bench/c%d", g%containersNode)
 			gpu("gpuscope_gpu_container_memory_used_bytes", wave(6*time.Hour, phase, 1e10, 7.8e10), "id", id, "name", "", "image", "")
 			gpu("gpuscope_gpu_container_sm_utilization_percent", util, "id", id, "name", "", "image", "")
+			gpu("gpuscope_gpu_container_processes", constant(1), "id", id, "name", "", "image", "")
 		}
 		for c := 0; c < containersNode; c++ {
 			id := fmt.Sprintf("/gpuscope-bench/c%d", c)
@@ -495,7 +496,7 @@ func backfill(b *testing.B, dir string, opts *tsdb.Options, end time.Time) int {
 		}
 	}
 	n := 0
-	for _, name := range []string{"gpuscope.dashboard", "gpuscope.container", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly"} {
+	for _, name := range []string{"gpuscope.dashboard", "gpuscope.container", "gpuscope.accounting", "gpuscope.diagnosis", "gpuscope.baseline.hourly", "gpuscope.baseline.weekly"} {
 		g, ok := groups[name]
 		require.True(b, ok, "rule group %s not in the pack", name)
 		interval := time.Duration(g.Interval)
