@@ -56,11 +56,13 @@ func TestSlurm(t *testing.T) {
 	srun.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := srun.StdoutPipe()
 	require.NoError(t, err)
-	srunErr := &pkgtest.SyncBuffer{}
-	srun.Stderr = srunErr
+	srunOut := &pkgtest.SyncBuffer{}
+	srun.Stderr = srunOut
 	require.NoError(t, srun.Start())
-	srunDone := make(chan error, 1)
-	go func() { srunDone <- srun.Wait() }()
+	// srunDone is closed when srun has exited, with srunErr its error.
+	srunDone := make(chan struct{})
+	var srunErr error
+	go func() { srunErr = srun.Wait(); close(srunDone) }()
 	t.Cleanup(func() {
 		_ = os.WriteFile(stop, nil, 0o644)
 		select {
@@ -71,7 +73,7 @@ func TestSlurm(t *testing.T) {
 	})
 
 	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "first line of the job's output; srun's stderr:\n%s", srunErr)
+	require.NoError(t, err, "first line of the job's output; srun's stderr:\n%s", srunOut)
 	job, step, ok := strings.Cut(strings.TrimSpace(line), " ")
 	require.True(t, ok && job != "" && step != "", "job printed %q, not its job and step id", line)
 	t.Cleanup(func() {
@@ -134,10 +136,10 @@ func TestSlurm(t *testing.T) {
 	// their windows have passed.
 	require.NoError(t, os.WriteFile(stop, nil, 0o644))
 	select {
-	case err := <-srunDone:
-		require.NoError(t, err, "srun; stderr:\n%s", srunErr)
+	case <-srunDone:
+		require.NoError(t, srunErr, "srun; stderr:\n%s", srunOut)
 	case <-time.After(60 * time.Second):
-		t.Fatalf("srun did not end within 60 s of the stop file; stderr:\n%s", srunErr)
+		t.Fatalf("srun did not end within 60 s of the stop file; stderr:\n%s", srunOut)
 	}
 	allQuery := fmt.Sprintf(`{__name__=~"container_.*", slurm_job_id=%q}`, job)
 	eventually(t, 30*time.Second, "the ended job's series stale", func() error {
