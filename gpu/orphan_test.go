@@ -214,7 +214,7 @@ func TestSimHeldIdleAndOrphan(t *testing.T) {
 		require.Len(t, held, 1, "the held-idle job only")
 		require.Equal(t, "0", held[0].labels["gpu"])
 		require.Equal(t, "/gpuscope-sim/gpu0", held[0].labels["id"])
-		require.InDelta(t, 10<<30, held[0].value, 8<<20, "10 GiB")
+		require.Equal(t, float64(10<<30), held[0].value, "10 GiB")
 		require.LessOrEqual(t, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", gpu0), 3.0)
 		require.LessOrEqual(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", gpu0), 3.0)
 		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_memory_bytes", gpu0))

@@ -99,7 +99,7 @@ func (g *simGPU) step(t, dt float64) simState {
 	case ScenarioHeldIdle:
 		// A job that holds its memory and hardly computes: a notebook's
 		// kernel left open, a training loop stuck on a dead peer.
-		st = g.busy(clamp(heldIdleSM+noise(0.3), 0, 3), heldIdleMiB+noise(1), noise)
+		st = g.busy(clamp(heldIdleSM+noise(0.3), 0, 3), heldIdleMiB, noise)
 		st.memCopyUtil = 0
 		st.power = 88 + noise(2)
 		st.temp = 33 + noise(0.5)
