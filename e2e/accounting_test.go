@@ -230,6 +230,22 @@ func TestWorkloadsReportDemo(t *testing.T) {
 		require.Equal(t, len(held), checked, "one run per workload holding a GPU")
 	})
 
+	t.Run("api bad input", func(t *testing.T) {
+		for _, c := range []struct{ query, want string }{
+			{"start=2000&end=1000", "empty range: start 1970-01-01T00:33:20Z is not at least a second before end 1970-01-01T00:16:40Z"},
+			{"start=yesterday", `invalid parameter "start": cannot parse "yesterday" to a valid timestamp (Unix seconds or RFC 3339)`},
+			{"all=maybe", `invalid parameter "all": "maybe" is not true or false`},
+		} {
+			code, body := p.get("/api/v1/workloads?" + c.query)
+			require.Equal(t, 400, code, body)
+			var env struct{ Status, ErrorType, Error string }
+			require.NoError(t, json.Unmarshal([]byte(body), &env), body)
+			require.Equal(t, "error", env.Status)
+			require.Equal(t, "bad_data", env.ErrorType)
+			require.Equal(t, c.want, env.Error)
+		}
+	})
+
 	t.Run("json", func(t *testing.T) {
 		before := accountingFigures(t, p, time.Now().Truncate(time.Second), "1h", interval)
 		stdout, stderr, code := workloadsCLI(t, "--url", p.URL, "--since", "1h", "--format", "json")
