@@ -53,6 +53,20 @@
 // Units: memory in bytes (the base unit), SM utilisation in percent
 // (0-100) so that it shares a panel axis with DCGM_FI_DEV_GPU_UTIL.
 //
+// Orphans: memory the driver lists for a pid that is gone (no /proc/<pid>,
+// or state Z in its stat: a zombie its parent has not reaped) is in no
+// container's series; from the second consecutive cycle it is found gone
+// it is gpuscope_gpu_orphaned_memory_bytes and _processes, per GPU (per
+// GPU instance on MIG) with the dcgm labels. False alarms are kept out
+// three ways: per-process reads are off outside the host's pid namespace
+// (there NVML lists only the processes gpuscope's namespace can see,
+// under their pids in it, so a listed pid is never one of another
+// namespace); an absent /proc/<pid> counts only while /proc/1 is visible
+// (a /proc mounted hidepid hides other users' processes); and one cycle
+// is not enough (a process that exits between the driver's list and the
+// /proc read). Zombies are found when their start time is checked, every
+// cycle for up to 8 cached pids.
+//
 // The PCIe saturation alert divides gpuscope_gpu_pcie_{tx,rx}_bytes_per_second
 // (GPM's interval average where available, else NVML's 20 ms sample) by
 // gpuscope_gpu_pcie_max_bandwidth_bytes_per_second.
