@@ -230,3 +230,29 @@ func TestSimHeldIdleAndOrphan(t *testing.T) {
 	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
 		map[string]string{"gpu": "1", "field": "gpuscope_gpu_container_memory_used_bytes"}), "the first cycle's failed read")
 }
+
+// TestContainerGrouperOrphans: a process found gone (absent, or a zombie)
+// counts in unresolved in its first cycle, as one that exited while
+// being read, and is an orphan from the second; neither is in a container.
+func TestContainerGrouperOrphans(t *testing.T) {
+	proc := t.TempDir()
+	writeProc(t, proc, 1, "0::/init.scope\n")
+	writeZombie(t, proc, 12)
+	g := newContainerGrouper(proc, newContainerNamer(nil, nil))
+	procs := []nvml.ProcessInfo{{Pid: 11, UsedGpuMemory: 2 << 30}, {Pid: 12, UsedGpuMemory: ^uint64(0)}}
+	for _, want := range []struct {
+		orphans    orphanUsage
+		unresolved int
+	}{
+		{orphanUsage{}, 2},
+		{orphanUsage{memoryBytes: 2 << 30, processes: 2}, 0}, // the zombie's memory withheld: counted, not summed
+		{orphanUsage{memoryBytes: 2 << 30, processes: 2}, 0},
+	} {
+		g.beginCycle()
+		out, orphans, unresolved := g.group(procs, nil)
+		g.endCycle()
+		require.Empty(t, out)
+		require.Equal(t, want.orphans, orphans)
+		require.Equal(t, want.unresolved, unresolved)
+	}
+}

@@ -67,9 +67,9 @@ func (g *containerGrouper) endCycle() {
 // Processes that are gone (no /proc/<pid>, or a zombie) are left out of
 // the containers too: the memory the driver lists for them is held for
 // nobody. Once found gone in two consecutive cycles (pidResolver) they
-// are orphans, summed in orphans; in the first cycle a vanished one
-// counts in unresolved, as a process may exit between the driver's list
-// and the /proc read. Orphan memory the driver withholds is not summed
+// are orphans, summed in orphans; in the first cycle one counts in
+// unresolved, as a process may exit between the driver's list and the
+// /proc read. Orphan memory the driver withholds is not summed
 // (the process is still counted).
 func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []containerUsage, orphans orphanUsage, unresolved int) {
 	g.mu.Lock()
@@ -100,11 +100,10 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 	for pid, u := range g.perPID {
 		id, state, err := g.pids.resolve(pid)
 		if state != pidLive {
-			switch {
-			case g.pids.orphaned(pid):
+			if g.pids.orphaned(pid) {
 				orphans.processes++
 				orphans.memoryBytes += u.memoryBytes
-			case state == pidGone:
+			} else {
 				unresolved++
 			}
 			continue
