@@ -125,7 +125,8 @@ type podman struct {
 // startPodman starts `podman system service` on a private socket. At
 // cleanup it removes every container of its storage, stops the service,
 // unmounts what is left mounted below its directory, removes the
-// directory and the cgroupfs parent cgroups (libpod_parent) Podman made.
+// directory, the cgroupfs parent cgroups (libpod_parent) and the global
+// directories Podman made.
 func startPodman(t *testing.T) *podman {
 	t.Helper()
 	// Not t.TempDir: removed only once nothing is mounted below it.
@@ -135,12 +136,21 @@ func startPodman(t *testing.T) *podman {
 		"--root=" + filepath.Join(dir, "root"),
 		"--runroot=" + filepath.Join(dir, "run"),
 		"--tmpdir=" + filepath.Join(dir, "tmp"),
+		"--network-config-dir=" + filepath.Join(dir, "networks"),
 		// No systemd here (nor in CI's containers): cgroupfs, and events
 		// in a file instead of the journal.
 		"--cgroup-manager=cgroupfs",
 		"--events-backend=file",
 	}}
 	before := existingCgroups("libpod_parent")
+	// What Podman writes outside its flags' reach, to remove if it is new:
+	// image copies' blob cache and netavark's run directory.
+	var globals []string
+	for _, g := range []string{"/var/lib/containers", "/run/containers"} {
+		if _, err := os.Stat(g); errors.Is(err, fs.ErrNotExist) {
+			globals = append(globals, g)
+		}
+	}
 	t.Cleanup(func() {
 		if mounts := pkgtest.MountsBelow(t, dir); len(mounts) > 0 {
 			for _, m := range mounts {
@@ -153,6 +163,9 @@ func startPodman(t *testing.T) *podman {
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("remove podman's directory: %v", err)
+		}
+		for _, g := range globals {
+			_ = os.RemoveAll(g)
 		}
 		for _, top := range existingCgroups("libpod_parent") {
 			if !slices.Contains(before, top) {
