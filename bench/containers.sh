@@ -137,18 +137,18 @@ done
 port=$(freeport)
 "$bin" serve --config.file="$work/serve-true.yml" --web.listen-address=127.0.0.1:$port \
   --storage.tsdb.path="$work/data" >"$work/serve.log" 2>&1 &
-gpid=$!; pids+=($gpid)
+gpid=$!; pids+=("$gpid")
 nport=$(freeport)
 "$bin" serve --config.file="$work/serve-false.yml" --web.listen-address=127.0.0.1:$nport \
   --storage.tsdb.path="$work/data-norules" >"$work/serve-norules.log" 2>&1 &
-npid=$!; pids+=($npid)
+npid=$!; pids+=("$npid")
 cport=$(freeport)
 "$cadvisor_bin" --listen_ip=127.0.0.1 --port="$cport" --logtostderr \
   --housekeeping_interval=${interval}s --max_housekeeping_interval=60s --allow_dynamic_housekeeping=true \
   --storage_duration=$((2 * interval + 1))s --disable_metrics=$disabled \
   --store_container_labels=false --docker_only=false --raw_cgroup_prefix_whitelist=/$base \
   >"$work/cadvisor.log" 2>&1 &
-cpid=$!; pids+=($cpid)
+cpid=$!; pids+=("$cpid")
 # alive NAME URL PID LOG: wait until URL answers, failing if PID exits first.
 alive() {
   until curl -sf "$2" >/dev/null; do
