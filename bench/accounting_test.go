@@ -51,7 +51,7 @@ const (
 // timeout and lookback) over a TSDB laid out as the appliance would have
 // it after the week (compacted blocks).
 //
-//	go test -run '^$' -bench BenchmarkAccountingReport -benchtime 5x -count 5 -timeout 60m ./bench/
+//	go test -run '^$' -bench BenchmarkAccountingReport -benchtime 3x -count 3 -timeout 60m ./bench/
 //
 // The first run generates the data into $TMPDIR/gpuscope-bench-accounting-v1
 // and reuses it after. The series of the gpuscope.accounting and
@@ -339,8 +339,8 @@ func accountingData(b *testing.B) (*tsdb.DB, time.Time, []acctRun) {
 	return db, end, runs
 }
 
-// acctSeries is one generated series: its value at a scrape or evaluation
-// time, or false where it has no sample.
+// acctSeries is one generated series: a sample every `every` from `from`
+// to `to` (inclusive), valued by `value`.
 type acctSeries struct {
 	ls    labels.Labels
 	every time.Duration
