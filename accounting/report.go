@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,11 +172,32 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	e := evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
 	idLabels := "instance, id, " + strings.Join(workload.LabelNames(), ", ")
 
-	// One series per identity a cgroup had in the range (a container can
-	// be a raw cgroup for a scrape before the runtime names it): the one
-	// seen last names the run.
-	seen := e.vector(`max by (` + idLabels + `) (max_over_time(container_last_seen{id!="/"}` + e.rng + `))`)
-	held := e.vector(`group by (` + idLabels + `) (last_over_time(` + seriesGPUHeld + e.rng + `))`)
+	// The GPU-holding runs first, in one read of the held series: their
+	// identity, GPUs and GPU-hours.
+	type gpuKey struct{ instance, gpu, uuid, gi string }
+	heldBy := e.vector(`sum by (` + idLabels + `, gpu, UUID, GPU_I_ID) (sum_over_time(` + seriesGPUHeld + e.rng + `))`)
+	heldGPU := map[runKey]bool{}
+	var extraIDs []string // GPU holders whose runtime is not listed
+	for _, s := range heldBy {
+		k := keyOf(s.Metric)
+		if !heldGPU[k] && !slices.Contains(listedRuntimes, s.Metric.Get(workload.LabelRuntime)) {
+			extraIDs = append(extraIDs, regexp.QuoteMeta(k.id))
+		}
+		heldGPU[k] = true
+	}
+	// cAdvisor's per-scrape series of the listed runtimes only, and of
+	// the other cgroups that held a GPU, unless all are asked for.
+	over := func(agg, fn, metric string) string {
+		if q.All {
+			return agg + ` (` + fn + `(` + metric + `{id!="/"}` + e.rng + `))`
+		}
+		out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}` + e.rng + `))`
+		if len(extraIDs) > 0 {
+			out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(extraIDs, "|")) + `}` + e.rng + `))`
+		}
+		return out
+	}
+	seen := e.vector(over(`max by (`+idLabels+`)`, "max_over_time", "container_last_seen"))
 	runs := map[runKey]*Run{}
 	lastSeen := map[runKey]float64{}
 	for _, s := range seen {
@@ -187,14 +209,19 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		setIdentity(run, s.Metric)
 		runs[k], lastSeen[k] = run, s.F
 	}
-	heldGPU := map[runKey]bool{}
-	for _, s := range held {
+	gpusOf := map[runKey][]gpuKey{}
+	for _, s := range heldBy {
 		k := keyOf(s.Metric)
-		heldGPU[k] = true
-		if _, ok := runs[k]; !ok { // cAdvisor off: the GPU series alone
-			run := &Run{Instance: k.instance, ID: k.id}
+		run, ok := runs[k]
+		if !ok { // cAdvisor off: the GPU series alone
+			run = &Run{Instance: k.instance, ID: k.id}
 			setIdentity(run, s.Metric)
 			runs[k] = run
+		}
+		run.GPUHours += s.F * interval / 3600
+		if name := gpuName(s.Metric); !slices.Contains(run.GPUs, name) {
+			run.GPUs = append(run.GPUs, name)
+			gpusOf[k] = append(gpusOf[k], gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")})
 		}
 	}
 	for k, run := range runs {
@@ -203,7 +230,7 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		}
 	}
 
-	e.each(`min by (instance, id) (min_over_time(container_start_time_seconds{id!="/"}`+e.rng+`))`, runs, func(run *Run, v float64) {
+	e.each(over(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"), runs, func(run *Run, v float64) {
 		run.Start = unixTime(v)
 	})
 	for k, run := range runs {
@@ -219,14 +246,6 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		run.Running, run.End = true, nil
 	})
 
-	e.each(`sum by (instance, id) (sum_over_time(`+seriesGPUHeld+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.GPUHours = v * interval / 3600
-	})
-	for _, s := range e.vector(`group by (instance, id, gpu, UUID, GPU_I_ID) (last_over_time(` + seriesGPUHeld + e.rng + `))`) {
-		if run, ok := runs[keyOf(s.Metric)]; ok {
-			run.GPUs = append(run.GPUs, gpuName(s.Metric))
-		}
-	}
 	e.each(`sum by (instance, id) (sum_over_time(`+seriesSMShare+e.rng+`)) / sum by (instance, id) (count_over_time(`+seriesSMShare+e.rng+`))`, runs, func(run *Run, v float64) {
 		run.SMShareAvg = v
 	})
@@ -236,10 +255,17 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	e.each(`max by (instance, id) (max_over_time(`+seriesGPUMemory+e.rng+`))`, runs, func(run *Run, v float64) {
 		run.GPUMemoryMaxBytes = v
 	})
-	// DCGM_FI_DEV_FB_TOTAL is in MiB; a MIG instance has its own.
-	e.each(`max by (instance, id) (last_over_time(`+seriesGPUHeld+e.rng+`) * on (instance, gpu, UUID, GPU_I_ID) group_left () max by (instance, gpu, UUID, GPU_I_ID) (last_over_time(DCGM_FI_DEV_FB_TOTAL`+e.rng+`))) * 1048576`, runs, func(run *Run, v float64) {
-		run.GPUMemoryTotalBytes = v
-	})
+	// DCGM_FI_DEV_FB_TOTAL is in MiB; a MIG instance has its own. A
+	// GPU's total does not change: sampled hourly, not every scrape.
+	total := map[gpuKey]float64{}
+	for _, s := range e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(e.rng, "]") + `:1h]))`) {
+		total[gpuKey{s.Metric.Get("instance"), s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}] = s.F * 1048576
+	}
+	for k, gs := range gpusOf {
+		for _, g := range gs {
+			runs[k].GPUMemoryTotalBytes = math.Max(runs[k].GPUMemoryTotalBytes, total[g])
+		}
+	}
 	prices := r.o.Prices()
 	e.each(`sum by (instance, id) (sum_over_time(`+seriesGPUPower+e.rng+`))`, runs, func(run *Run, v float64) {
 		kwh := v * interval / 3.6e6
@@ -261,18 +287,24 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	})
 	// container_oom_events_total counts from the cgroup's creation: a run
 	// that started in the range had all of its kills in it; one that
-	// started before had those since the range's first sample.
-	oomMax := map[runKey]float64{}
-	e.each(`max by (instance, id) (max_over_time(container_oom_events_total{id!="/"}`+e.rng+`))`, runs, func(run *Run, v float64) {
-		oomMax[runKey{run.Instance, run.ID}] = v
+	// started before had those since the range's first sample, read only
+	// for those runs.
+	e.each(over(`max by (instance, id)`, "max_over_time", "container_oom_events_total"), runs, func(run *Run, v float64) {
+		run.OOMKills = int(math.Round(v))
 	})
-	e.each(`min by (instance, id) (min_over_time(container_oom_events_total{id!="/"}`+e.rng+`))`, runs, func(run *Run, v float64) {
-		kills := oomMax[runKey{run.Instance, run.ID}]
+	var before []string
+	for _, run := range runs {
 		if run.Start.Before(q.Start) {
-			kills -= v
+			before = append(before, regexp.QuoteMeta(run.ID))
 		}
-		run.OOMKills = int(math.Round(kills))
-	})
+	}
+	if len(before) > 0 {
+		e.each(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+strconv.Quote(strings.Join(before, "|"))+`}`+e.rng+`))`, runs, func(run *Run, v float64) {
+			if run.Start.Before(q.Start) {
+				run.OOMKills -= int(math.Round(v))
+			}
+		})
+	}
 	e.each(`sum by (instance, id) (max_over_time(`+seriesXIDs+e.rng+`) - min_over_time(`+seriesXIDs+e.rng+`))`, runs, func(run *Run, v float64) {
 		run.XIDErrors = int(math.Round(v))
 	})

@@ -38,7 +38,9 @@ func evalAccounting(t *testing.T, st storage.Storage, engine *promql.Engine, sta
 			continue
 		}
 		for _, r := range g.Rules {
-			require.NotEmpty(t, r.Record, "the accounting group records only")
+			if r.Record == "" {
+				continue // its alerts (GPUHeldIdle, ...) have unit tests of their own in query/pack/tests
+			}
 			expr, err := p.ParseExpr(r.Expr)
 			require.NoError(t, err)
 			rs = append(rs, rules.NewRecordingRule(r.Record, expr, labels.EmptyLabels()))
