@@ -159,8 +159,12 @@ func TestImage(t *testing.T) {
 	t.Logf("image ready %s after start of test", time.Since(start).Round(time.Second))
 	require.Contains(t, pkgtest.Get(t, url+"/api/v1/status/buildinfo"), `"version":"`+version+`"`)
 	// cAdvisor reads the host's cgroups through the /sys mount: the root
-	// cgroup is there, with its workload identity (a raw cgroup).
-	require.Contains(t, pkgtest.Get(t, url+"/metrics/cadvisor"), `container_cpu_usage_seconds_total{cpu="total",id="/",runtime="cgroup",workload="/"}`)
+	// cgroup is there, with its workload identity (a raw cgroup). Its name
+	// and image labels are there too, empty, once a runtime names some
+	// container.
+	cadvisor := pkgtest.Get(t, url+"/metrics/cadvisor")
+	require.True(t, hasSeries(cadvisor, `container_cpu_usage_seconds_total{cpu="total",id="/",`, []string{`runtime="cgroup"`, `workload="/"`}),
+		"no container_cpu_usage_seconds_total of the root cgroup with runtime cgroup and workload /:\n%s", cadvisor)
 	// --uts host: the node name, and so `instance`, is the host's name.
 	host, err := os.Hostname()
 	require.NoError(t, err)
