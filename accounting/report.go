@@ -30,7 +30,6 @@ const (
 	seriesGPUPower     = "gpu_workload:gpu_power_watts:apportioned"
 	seriesBottleneck   = "gpu_workload:bottleneck:class" // gpuscope.diagnosis
 	seriesXIDs         = "gpu_workload:xid_errors_total:sum"
-	seriesCPU          = "workload:cpu_usage_cores:rate1m"
 	seriesMemory       = "workload:memory_working_set_bytes:max1m"
 	accountingGroup    = "gpuscope.accounting"
 	defaultReportRange = 7 * 24 * time.Hour
@@ -233,6 +232,22 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	e.each(over(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"), runs, func(run *Run, v float64) {
 		run.Start = unixTime(v)
 	})
+	// A run cAdvisor does not know (its collector off, or a GPU process's
+	// cgroup it does not watch) starts at its first GPU sample.
+	var unstarted []string
+	for _, run := range runs {
+		if run.Start.IsZero() {
+			unstarted = append(unstarted, regexp.QuoteMeta(run.ID))
+		}
+	}
+	if len(unstarted) > 0 {
+		step := model.Duration(r.o.Interval()).String()
+		e.each(`min by (instance, id) (min_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unstarted, "|"))+`})`+strings.TrimSuffix(e.rng, "]")+`:`+step+`]))`, runs, func(run *Run, v float64) {
+			if run.Start.IsZero() {
+				run.Start = unixTime(v)
+			}
+		})
+	}
 	for k, run := range runs {
 		if at, ok := lastSeen[k]; ok {
 			end := unixTime(at)
@@ -279,8 +294,12 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 			run.CO2Grams = &co2
 		}
 	})
-	e.each(`sum by (instance, id) (sum_over_time(`+seriesCPU+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.CPUCoreSeconds = v * interval
+	// CPU from the kernel's counter (since the cgroup's creation, as the
+	// OOM count below): exact, where summing the recorded per-minute rate
+	// would lose up to an interval at each end of a run. Per cpu label
+	// first, so a container renamed in the range is not counted twice.
+	e.each(`sum by (instance, id) (`+over(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total")+`)`, runs, func(run *Run, v float64) {
+		run.CPUCoreSeconds = v
 	})
 	e.each(`max by (instance, id) (max_over_time(`+seriesMemory+e.rng+`))`, runs, func(run *Run, v float64) {
 		run.MemoryMaxBytes = v
@@ -299,9 +318,15 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		}
 	}
 	if len(before) > 0 {
-		e.each(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+strconv.Quote(strings.Join(before, "|"))+`}`+e.rng+`))`, runs, func(run *Run, v float64) {
+		ids := strconv.Quote(strings.Join(before, "|"))
+		e.each(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}`+e.rng+`))`, runs, func(run *Run, v float64) {
 			if run.Start.Before(q.Start) {
 				run.OOMKills -= int(math.Round(v))
+			}
+		})
+		e.each(`sum by (instance, id) (min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}`+e.rng+`)))`, runs, func(run *Run, v float64) {
+			if run.Start.Before(q.Start) {
+				run.CPUCoreSeconds -= v
 			}
 		})
 	}

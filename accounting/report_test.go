@@ -204,6 +204,7 @@ load 15s
 	require.Equal(t, "input-bound", infer.Bottleneck, "the class its GPU was in longest while it held it")
 	require.Nil(t, infer.Cost, "no price, no cost")
 	require.Nil(t, infer.CO2Grams)
+	require.WithinDuration(t, start, render.Start, time.Minute, "a run cAdvisor does not know starts at its first GPU sample")
 	require.Equal(t, 4, render.XIDErrors, "XID 48: 1 when it was first seen holding GPU 1, 5 at the end")
 }
 

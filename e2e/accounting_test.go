@@ -94,7 +94,8 @@ func accountingFigures(t *testing.T, p *process, at time.Time, rng string, inter
 	}{
 		{`sum by (id) (sum_over_time(gpu_workload:gpu_held:present[` + rng + `]))`, interval / 3600, func(f *figures, v float64) { f.gpuHours = v }},
 		{`sum by (id) (sum_over_time(gpu_workload:gpu_power_watts:apportioned[` + rng + `]))`, interval / 3.6e6, func(f *figures, v float64) { f.kWh = v }},
-		{`sum by (id) (sum_over_time(workload:cpu_usage_cores:rate1m[` + rng + `]))`, interval, func(f *figures, v float64) { f.cpuSeconds = v }},
+		// CPU: the kernel's counter, which counts from the cgroup's creation.
+		{`sum by (id) (max by (id, cpu) (max_over_time(container_cpu_usage_seconds_total{id!="/"}[` + rng + `])))`, 1, func(f *figures, v float64) { f.cpuSeconds = v }},
 	} {
 		v, _, _, err := p.api().Query(ctx, c.expr, at)
 		require.NoError(t, err, c.expr)
@@ -446,12 +447,9 @@ func TestWorkloadsReportDocker(t *testing.T) {
 	used := float64(counter[0].Value)
 	t.Logf("CPU: report %.3f core-s, cAdvisor's counter %.3f s", run.CPUCoreSeconds, used)
 	require.InDelta(t, cores*burn.Seconds(), used, 0.1*cores*burn.Seconds(), "the burner's CPU time as the kernel counts it")
-	// The report integrates the accounting group's samples, each the rate
-	// over the interval before it (4 s here): the first and last samples
-	// of a run each miss or add up to one interval at 0.5 core, 2
-	// core-seconds each.
-	interval := time.Minute.Seconds() / 15
-	require.InDelta(t, used, run.CPUCoreSeconds, 2*interval*cores, "CPU core-seconds in the report against the kernel's")
+	// The report reads the same counter: the whole CPU time, to the
+	// counter's last scrape.
+	require.InDelta(t, used, run.CPUCoreSeconds, 1e-9, "CPU core-seconds in the report against the kernel's")
 
 	stdout, stderr, exit := workloadsCLI(t, "--url", p.URL, "--since", "1h", "--format", "json")
 	require.Equal(t, 0, exit, stderr)
