@@ -50,12 +50,12 @@ func newTestHandler(t *testing.T, o Options) (*Handler, *httptest.Server) {
 	o.API = &APIOptions{
 		QueryEngine: engine,
 		Workloads:   reporter,
-		Queryable: ready,
-		Exemplars: ready,
-		TSDB:      ready,
-		TSDBDir:   db.Dir(),
-		Config:    func() promconfig.Config { return promconfig.DefaultConfig },
-		Flags:     map[string]string{"web.listen-address": "127.0.0.1:0"},
+		Queryable:   ready,
+		Exemplars:   ready,
+		TSDB:        ready,
+		TSDBDir:     db.Dir(),
+		Config:      func() promconfig.Config { return promconfig.DefaultConfig },
+		Flags:       map[string]string{"web.listen-address": "127.0.0.1:0"},
 		RuntimeInfo: func() (apiv1.RuntimeInfo, error) {
 			return apiv1.RuntimeInfo{StartTime: now}, nil
 		},
