@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/accounting"
 )
@@ -18,16 +18,6 @@ import (
 // WorkloadReporter computes the run report served at /api/v1/workloads.
 type WorkloadReporter interface {
 	Report(ctx context.Context, q accounting.Query) (accounting.Report, error)
-}
-
-// envelope is the Prometheus HTTP API's envelope, so that clients of
-// /api/v1/query read /api/v1/workloads the same way.
-type envelope struct {
-	Status    string   `json:"status"`
-	Data      any      `json:"data,omitempty"`
-	ErrorType string   `json:"errorType,omitempty"`
-	Error     string   `json:"error,omitempty"`
-	Warnings  []string `json:"warnings,omitempty"`
 }
 
 // workloads serves the run report: GET or POST with the query API's
@@ -55,26 +45,18 @@ func workloads(r WorkloadReporter) echo.HandlerFunc {
 		case errors.Is(err, accounting.ErrEmptyRange):
 			return badData(c, err)
 		case errors.Is(err, context.DeadlineExceeded):
-			return c.JSON(http.StatusServiceUnavailable, envelope{Status: "error", ErrorType: "timeout", Error: err.Error()})
+			return c.JSON(http.StatusServiceUnavailable, apiv1.Response{Status: "error", ErrorType: "timeout", Error: err.Error()})
 		case errors.Is(err, context.Canceled):
-			return c.JSON(499, envelope{Status: "error", ErrorType: "canceled", Error: err.Error()}) // as Prometheus: the client went away
+			return c.JSON(499, apiv1.Response{Status: "error", ErrorType: "canceled", Error: err.Error()}) // as Prometheus: the client went away
 		default:
-			return c.JSON(http.StatusUnprocessableEntity, envelope{Status: "error", ErrorType: "execution", Error: err.Error()})
+			return c.JSON(http.StatusUnprocessableEntity, apiv1.Response{Status: "error", ErrorType: "execution", Error: err.Error()})
 		}
-		return c.JSONBlob(http.StatusOK, mustJSON(envelope{Status: "success", Data: rep.Runs, Warnings: rep.Warnings}))
+		return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: rep.Runs, Warnings: rep.Warnings})
 	}
 }
 
 func badData(c echo.Context, err error) error {
-	return c.JSON(http.StatusBadRequest, envelope{Status: "error", ErrorType: "bad_data", Error: err.Error()})
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("encode the workload report: %v", err)) // only NaN or Inf could do it; the report has none
-	}
-	return b
+	return c.JSON(http.StatusBadRequest, apiv1.Response{Status: "error", ErrorType: "bad_data", Error: err.Error()})
 }
 
 // parseTimeParam reads a time as the Prometheus API does: Unix seconds
