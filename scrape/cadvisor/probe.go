@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -39,42 +38,41 @@ func probeRuntime(ctx context.Context, endpoint string) error {
 	if err != nil {
 		return err
 	}
-	network, address, host := "unix", u.Path, "runtime"
-	switch {
-	case u.Scheme == "tcp":
-		network, address, host = "tcp", u.Host, u.Host
-	case u.Scheme == "" && u.Path != "": // containerd's endpoint is a bare path
-	case u.Scheme != "unix":
+	network, address := "unix", u.Path
+	switch u.Scheme {
+	case "unix":
+	case "tcp":
+		network, address = "tcp", u.Host
+	default:
 		return fmt.Errorf("unsupported endpoint %q", endpoint)
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	dialer := &net.Dialer{}
-	conn, err := dialer.DialContext(ctx, network, address)
+	client := &http.Client{
+		Timeout: probeTimeout,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, address)
+		}},
+	}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://runtime/_ping", nil)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/_ping", nil)
+	resp, err := client.Do(req)
 	if err != nil {
-		return err
-	}
-	if err := req.Write(conn); err != nil {
-		return fmt.Errorf("%w (write: %v)", errNotAnswering, err)
-	}
-	// Any first byte back means someone is there; containerd speaks gRPC
-	// and answers an HTTP/1 request with a protocol error, which is an
-	// answer too.
-	if _, err := conn.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return errNotAnswering
+			var op *net.OpError
+			if !errors.As(err, &op) || op.Op != "dial" {
+				return errNotAnswering // connected, then silence
+			}
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return ue.Err // the dial error, without the request that repeats the endpoint
 		}
 		return err
 	}
+	resp.Body.Close()
 	return nil
 }
 
