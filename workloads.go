@@ -170,7 +170,7 @@ func writeRuns(w io.Writer, runs []accounting.Run, format string, now time.Time)
 				duration += " (running)"
 			}
 			row := []string{cell(oneLine(r.Workload)), r.Runtime, cell(oneLine(what)), cell(r.Instance), ago(r.Start, now), duration,
-				accounting.FormatGPUs(r.GPUs), accounting.Hours(r.GPUHours),
+				gpusCell(r.GPUs), strconv.FormatFloat(r.GPUHours, 'f', 2, 64),
 				fmt.Sprintf("%.0f%%/%.0f%%", 100*r.SMShareAvg, 100*r.SMShareMax), bytesOrDash(r.GPUMemoryMaxBytes), kwh(r.EnergyKWh)}
 			if priced {
 				row = append(row, money(r.Cost, r.Currency))
@@ -194,6 +194,8 @@ func oneLine(s string) string {
 		return r
 	}, s)
 }
+
+func gpusCell(gpus []string) string { return cell(strings.Join(gpus, ",")) }
 
 func cell(s string) string {
 	if s == "" {

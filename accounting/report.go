@@ -447,14 +447,3 @@ func unixTime(v float64) time.Time {
 	sec, frac := math.Modf(v)
 	return time.Unix(int64(sec), int64(frac*1e9)).UTC()
 }
-
-// FormatGPUs lists GPUs for a table cell.
-func FormatGPUs(gpus []string) string {
-	if len(gpus) == 0 {
-		return "-"
-	}
-	return strings.Join(gpus, ",")
-}
-
-// Hours formats a GPU-hours figure.
-func Hours(h float64) string { return strconv.FormatFloat(h, 'f', 2, 64) }
