@@ -30,3 +30,18 @@ func (a *appliance) accountingInterval() time.Duration {
 	}
 	return time.Duration(float64(time.Minute) / a.config.Load().Rules.Builtin.TimeScale)
 }
+
+// accountingRollupGroupName is the built-in group that sums the
+// accounting series by the hour for reports over long ranges.
+const accountingRollupGroupName = "gpuscope.accounting.hourly"
+
+// accountingRollupInterval is the hourly group's interval as it runs now,
+// 0 when rules.builtin disables it (the report then reads every minute).
+func (a *appliance) accountingRollupInterval() time.Duration {
+	for _, g := range a.rules.Manager().RuleGroups() {
+		if g.Name() == accountingRollupGroupName {
+			return g.Interval()
+		}
+	}
+	return 0
+}

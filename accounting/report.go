@@ -32,6 +32,10 @@ const (
 	seriesXIDs         = "gpu_workload:xid_errors_total:sum"
 	seriesMemory       = "workload:memory_working_set_bytes:max1m"
 	accountingGroup    = "gpuscope.accounting"
+	rollupGroup        = "gpuscope.accounting.hourly"
+	// rollupHours is 1 at each evaluation of the hourly group: the hours
+	// its sums cover.
+	rollupHours = "gpuscope:accounting_rollup:present"
 	defaultReportRange = 7 * 24 * time.Hour
 )
 
@@ -65,6 +69,12 @@ type Options struct {
 	// without it the report has no GPU, energy or CPU figures and says so
 	// in a warning. Nil: enabled.
 	GroupEnabled func() bool
+	// RollupInterval returns the evaluation interval of the
+	// gpuscope.accounting.hourly group as it runs now (1h divided by
+	// rules.builtin.time_scale), 0 when it does not run. The report reads
+	// the hours that group summed from its series and only the rest from
+	// the minute and cAdvisor series. Nil: no roll-up, every sample read.
+	RollupInterval func() time.Duration
 	Logger       *slog.Logger
 }
 
@@ -86,6 +96,9 @@ func New(o Options) (*Reporter, error) {
 	}
 	if o.GroupEnabled == nil {
 		o.GroupEnabled = func() bool { return true }
+	}
+	if o.RollupInterval == nil {
+		o.RollupInterval = func() time.Duration { return 0 }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -168,13 +181,16 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 			q.Start.UTC().Format(time.RFC3339), q.End.UTC().Format(time.RFC3339))
 	}
 	interval := r.o.Interval().Seconds()
-	e := evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
+	e := &evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
+	segs := e.segments(q.Start, q.End, r.o.RollupInterval())
 	idLabels := "instance, id, " + strings.Join(workload.LabelNames(), ", ")
 
 	// The GPU-holding runs first, in one read of the held series: their
 	// identity, GPUs and GPU-hours.
 	type gpuKey struct{ instance, gpu, uuid, gi string }
-	heldBy := e.vector(`sum by (` + idLabels + `, gpu, UUID, GPU_I_ID) (sum_over_time(` + seriesGPUHeld + e.rng + `))`)
+	heldBy := e.over(segs, sum,
+		stat(`sum by (`+idLabels+`, gpu, UUID, GPU_I_ID) (sum_over_time(`+seriesGPUHeld+`%s))`),
+		stat(`sum by (`+idLabels+`, gpu, UUID, GPU_I_ID) (sum_over_time(gpu_workload:gpu_held:sum1h%s))`))
 	heldGPU := map[runKey]bool{}
 	var extraIDs []string // GPU holders whose runtime is not listed
 	for _, s := range heldBy {
@@ -184,19 +200,22 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		}
 		heldGPU[k] = true
 	}
-	// cAdvisor's per-scrape series of the listed runtimes only, and of
-	// the other cgroups that held a GPU, unless all are asked for.
-	over := func(agg, fn, metric string) string {
+	// cAdvisor's per-scrape series (and their hourly roll-ups) of the
+	// listed runtimes only, and of the other cgroups that held a GPU,
+	// unless all are asked for.
+	over := func(agg, fn, metric string) func(string) string {
 		if q.All {
-			return agg + ` (` + fn + `(` + metric + `{id!="/"}` + e.rng + `))`
+			return stat(agg + ` (` + fn + `(` + metric + `{id!="/"}%s))`)
 		}
-		out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}` + e.rng + `))`
+		out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}%s))`
 		if len(extraIDs) > 0 {
-			out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(extraIDs, "|")) + `}` + e.rng + `))`
+			out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(extraIDs, "|")) + `}%s))`
 		}
-		return out
+		return stat(out)
 	}
-	seen := e.vector(over(`max by (`+idLabels+`)`, "max_over_time", "container_last_seen"))
+	seen := e.over(segs, math.Max,
+		over(`max by (`+idLabels+`)`, "max_over_time", "container_last_seen"),
+		over(`max by (`+idLabels+`)`, "max_over_time", "workload:container_last_seen:max1h"))
 	runs := map[runKey]*Run{}
 	lastSeen := map[runKey]float64{}
 	for _, s := range seen {
@@ -229,9 +248,10 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		}
 	}
 
-	e.each(over(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"), runs, func(run *Run, v float64) {
-		run.Start = unixTime(v)
-	})
+	eachRun(runs, e.over(segs, math.Min,
+		over(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"),
+		over(`min by (instance, id)`, "min_over_time", "workload:container_start_time_seconds:min1h")),
+		func(run *Run, v float64) { run.Start = unixTime(v) })
 	// A run cAdvisor does not know (its collector off, or a GPU process's
 	// cgroup it does not watch) starts at its first GPU sample.
 	var unstarted []string
@@ -261,15 +281,28 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		run.Running, run.End = true, nil
 	})
 
-	e.each(`sum by (instance, id) (sum_over_time(`+seriesSMShare+e.rng+`)) / sum by (instance, id) (count_over_time(`+seriesSMShare+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.SMShareAvg = v
+	smSum := e.over(segs, sum,
+		stat(`sum by (instance, id) (sum_over_time(`+seriesSMShare+`%s))`),
+		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:sum1h%s))`))
+	smCount := map[runKey]float64{}
+	for _, s := range e.over(segs, sum,
+		stat(`sum by (instance, id) (count_over_time(`+seriesSMShare+`%s))`),
+		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:count1h%s))`)) {
+		smCount[keyOf(s.Metric)] = s.F
+	}
+	eachRun(runs, smSum, func(run *Run, v float64) {
+		if n := smCount[runKey{run.Instance, run.ID}]; n > 0 {
+			run.SMShareAvg = v / n
+		}
 	})
-	e.each(`max by (instance, id) (max_over_time(`+seriesSMShare+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.SMShareMax = v
-	})
-	e.each(`max by (instance, id) (max_over_time(`+seriesGPUMemory+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.GPUMemoryMaxBytes = v
-	})
+	eachRun(runs, e.over(segs, math.Max,
+		stat(`max by (instance, id) (max_over_time(`+seriesSMShare+`%s))`),
+		stat(`max by (instance, id) (max_over_time(gpu_workload:gpu_sm_share:max1h%s))`)),
+		func(run *Run, v float64) { run.SMShareMax = v })
+	eachRun(runs, e.over(segs, math.Max,
+		stat(`max by (instance, id) (max_over_time(`+seriesGPUMemory+`%s))`),
+		stat(`max by (instance, id) (max_over_time(gpu_workload:gpu_memory_used_bytes:max1h%s))`)),
+		func(run *Run, v float64) { run.GPUMemoryMaxBytes = v })
 	// DCGM_FI_DEV_FB_TOTAL is in MiB; a MIG instance has its own. A
 	// GPU's total does not change: sampled hourly, not every scrape.
 	total := map[gpuKey]float64{}
@@ -282,35 +315,41 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		}
 	}
 	prices := r.o.Prices()
-	e.each(`sum by (instance, id) (sum_over_time(`+seriesGPUPower+e.rng+`))`, runs, func(run *Run, v float64) {
-		kwh := v * interval / 3.6e6
-		run.EnergyKWh = &kwh
-		if prices.PerKWh > 0 {
-			cost := kwh * prices.PerKWh
-			run.Cost, run.Currency = &cost, prices.Currency
-		}
-		if prices.GramsCO2PerKWh > 0 {
-			co2 := kwh * prices.GramsCO2PerKWh
-			run.CO2Grams = &co2
-		}
-	})
+	eachRun(runs, e.over(segs, sum,
+		stat(`sum by (instance, id) (sum_over_time(`+seriesGPUPower+`%s))`),
+		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_power_watts:sum1h%s))`)),
+		func(run *Run, v float64) {
+			kwh := v * interval / 3.6e6
+			run.EnergyKWh = &kwh
+			if prices.PerKWh > 0 {
+				cost := kwh * prices.PerKWh
+				run.Cost, run.Currency = &cost, prices.Currency
+			}
+			if prices.GramsCO2PerKWh > 0 {
+				co2 := kwh * prices.GramsCO2PerKWh
+				run.CO2Grams = &co2
+			}
+		})
 	// CPU from the kernel's counter (since the cgroup's creation, as the
 	// OOM count below): exact, where summing the recorded per-minute rate
 	// would lose up to an interval at each end of a run. Per cpu label
 	// first, so a container renamed in the range is not counted twice.
-	e.each(`sum by (instance, id) (`+over(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total")+`)`, runs, func(run *Run, v float64) {
-		run.CPUCoreSeconds = v
-	})
-	e.each(`max by (instance, id) (max_over_time(`+seriesMemory+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.MemoryMaxBytes = v
-	})
+	eachRun(runs, sumByRun(e.over(segs, math.Max,
+		over(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total"),
+		over(`max by (instance, id, cpu)`, "max_over_time", "workload:container_cpu_usage_seconds_total:max1h"))),
+		func(run *Run, v float64) { run.CPUCoreSeconds = v })
+	eachRun(runs, e.over(segs, math.Max,
+		stat(`max by (instance, id) (max_over_time(`+seriesMemory+`%s))`),
+		stat(`max by (instance, id) (max_over_time(workload:memory_working_set_bytes:max1h%s))`)),
+		func(run *Run, v float64) { run.MemoryMaxBytes = v })
 	// container_oom_events_total counts from the cgroup's creation: a run
 	// that started in the range had all of its kills in it; one that
 	// started before had those since the range's first sample, read only
 	// for those runs.
-	e.each(over(`max by (instance, id)`, "max_over_time", "container_oom_events_total"), runs, func(run *Run, v float64) {
-		run.OOMKills = int(math.Round(v))
-	})
+	eachRun(runs, e.over(segs, math.Max,
+		over(`max by (instance, id)`, "max_over_time", "container_oom_events_total"),
+		over(`max by (instance, id)`, "max_over_time", "workload:container_oom_events_total:max1h")),
+		func(run *Run, v float64) { run.OOMKills = int(math.Round(v)) })
 	var before []string
 	for _, run := range runs {
 		if run.Start.Before(q.Start) {
@@ -319,29 +358,48 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	}
 	if len(before) > 0 {
 		ids := strconv.Quote(strings.Join(before, "|"))
-		e.each(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}`+e.rng+`))`, runs, func(run *Run, v float64) {
-			if run.Start.Before(q.Start) {
-				run.OOMKills -= int(math.Round(v))
-			}
-		})
-		e.each(`sum by (instance, id) (min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}`+e.rng+`)))`, runs, func(run *Run, v float64) {
-			if run.Start.Before(q.Start) {
-				run.CPUCoreSeconds -= v
-			}
-		})
+		eachRun(runs, e.over(segs, math.Min,
+			stat(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}%s))`),
+			stat(`min by (instance, id) (min_over_time(workload:container_oom_events_total:min1h{id=~`+ids+`}%s))`)),
+			func(run *Run, v float64) {
+				if run.Start.Before(q.Start) {
+					run.OOMKills -= int(math.Round(v))
+				}
+			})
+		eachRun(runs, sumByRun(e.over(segs, math.Min,
+			stat(`min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}%s))`),
+			stat(`min by (instance, id, cpu) (min_over_time(workload:container_cpu_usage_seconds_total:min1h{id=~`+ids+`}%s))`))),
+			func(run *Run, v float64) {
+				if run.Start.Before(q.Start) {
+					run.CPUCoreSeconds -= v
+				}
+			})
 	}
-	e.each(`sum by (instance, id) (max_over_time(`+seriesXIDs+e.rng+`) - min_over_time(`+seriesXIDs+e.rng+`))`, runs, func(run *Run, v float64) {
-		run.XIDErrors = int(math.Round(v))
-	})
+	// Per GPU series: its count's rise while the run held it.
+	xidMin := map[string]float64{}
+	for _, s := range e.over(segs, math.Min,
+		stat(`min_over_time(`+seriesXIDs+`%s)`),
+		stat(`min_over_time(gpu_workload:xid_errors_total:min1h%s)`)) {
+		xidMin[s.Metric.String()] = s.F
+	}
+	xids := e.over(segs, math.Max,
+		stat(`max_over_time(`+seriesXIDs+`%s)`),
+		stat(`max_over_time(gpu_workload:xid_errors_total:max1h%s)`))
+	for i := range xids {
+		xids[i].F -= xidMin[xids[i].Metric.String()]
+	}
+	eachRun(runs, sumByRun(xids), func(run *Run, v float64) { run.XIDErrors = int(math.Round(v)) })
 	for _, s := range e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + e.rng + `))`) {
 		if run, ok := runs[keyOf(s.Metric)]; ok {
 			run.Alerts = append(run.Alerts, s.Metric.Get("alertname"))
 		}
 	}
 	most := map[runKey]float64{}
-	for _, s := range e.vector(`sum by (instance, id, class) (count_over_time(` + seriesBottleneck + e.rng + `))`) {
+	for _, s := range e.over(segs, sum,
+		stat(`sum by (instance, id, class) (count_over_time(`+seriesBottleneck+`%s))`),
+		stat(`sum by (instance, id, class) (sum_over_time(gpu_workload:bottleneck:count1h%s))`)) {
 		k := keyOf(s.Metric)
-		if run, ok := runs[k]; ok && s.F > most[k] {
+		if run, ok := runs[k]; ok && (s.F > most[k] || s.F == most[k] && s.Metric.Get("class") < run.Bottleneck) {
 			most[k], run.Bottleneck = s.F, s.Metric.Get("class")
 		}
 	}
@@ -371,50 +429,182 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	return out, nil
 }
 
-// evaluator runs the report's instant queries at one time, keeping the
-// first error so that the report reads as a list of queries.
+// evaluator runs the report's instant queries, keeping the first error
+// so that the report reads as a list of queries.
 type evaluator struct {
 	r   *Reporter
 	ctx context.Context
-	at  time.Time
-	rng string
+	at  time.Time // the range's end
+	rng string    // the whole range, as a PromQL range: [7d]
 	err error
 }
 
-func (e *evaluator) vector(qs string) promql.Vector {
-	if e.err != nil {
-		return nil
+// segment is a part of the report's range, (end-length, end]: read from
+// the minute and cAdvisor series, or from the hourly roll-up's samples
+// at first..end, each of which covers the hour before it.
+type segment struct {
+	first, end time.Time
+	length     time.Duration
+	hourly     bool
+}
+
+// segments splits (start, end] into the hours the gpuscope.accounting.hourly
+// group summed, found from its heartbeat, and the rest. Runs of
+// consecutive hours become one segment, so a week with the group
+// running all along is three: the minutes before the first whole hour,
+// the hours, the minutes after the last.
+func (e *evaluator) segments(start, end time.Time, hour time.Duration) []segment {
+	whole := []segment{{end: end, length: end.Sub(start)}}
+	if hour <= 0 || end.Sub(start) <= hour {
+		return whole
 	}
-	q, err := e.r.o.Engine.NewInstantQuery(e.ctx, e.r.o.Queryable, nil, qs, e.at)
+	hours := e.matrix(rollupHours+"["+model.Duration(end.Sub(start)-hour).String()+"]", end)
+	if e.err != nil || len(hours) != 1 { // none, or more than one group writing it
+		return whole
+	}
+	var segs []segment
+	covered := start // (start, covered] is split already
+	for _, p := range hours[0].Floats {
+		t := time.UnixMilli(p.T).UTC()
+		from := t.Add(-hour)
+		if from.Before(covered) { // overlaps an hour taken (the interval changed): minutes instead
+			continue
+		}
+		if n := len(segs); n > 0 && segs[n-1].hourly && segs[n-1].end.Equal(from) {
+			segs[n-1].end, segs[n-1].length = t, segs[n-1].length+hour
+		} else {
+			if from.After(covered) {
+				segs = append(segs, segment{end: from, length: from.Sub(covered)})
+			}
+			segs = append(segs, segment{first: t, end: t, length: hour, hourly: true})
+		}
+		covered = t
+	}
+	if end.After(covered) {
+		segs = append(segs, segment{end: end, length: end.Sub(covered)})
+	}
+	return segs
+}
+
+// stat turns a query with a %s for its range into a function of the
+// range.
+func stat(format string) func(rng string) string {
+	return func(rng string) string { return strings.ReplaceAll(format, "%s", rng) }
+}
+
+func sum(a, b float64) float64 { return a + b }
+
+// over runs a statistic over the segments: minute is the query over the
+// minute and cAdvisor series, hourly the same over the roll-up's series,
+// and merge combines a series' values from the segments (sum, max, min).
+func (e *evaluator) over(segs []segment, merge func(a, b float64) float64, minute, hourly func(rng string) string) []promql.Sample {
+	if len(segs) == 1 && !segs[0].hourly {
+		return e.vectorAt(minute("["+model.Duration(segs[0].length).String()+"]"), segs[0].end)
+	}
+	var out []promql.Sample
+	index := map[string]int{}
+	for _, sg := range segs {
+		var v promql.Vector
+		if sg.hourly {
+			// The samples at first..end: the range reaches a millisecond
+			// before the first, so not the one an hour before it.
+			v = e.vectorAt(hourly("["+model.Duration(sg.end.Sub(sg.first)+time.Millisecond).String()+"]"), sg.end)
+		} else {
+			v = e.vectorAt(minute("["+model.Duration(sg.length).String()+"]"), sg.end)
+		}
+		for _, s := range v {
+			if math.IsNaN(s.F) {
+				continue
+			}
+			key := s.Metric.String()
+			if i, ok := index[key]; ok {
+				out[i].F = merge(out[i].F, s.F)
+				continue
+			}
+			index[key] = len(out)
+			out = append(out, promql.Sample{Metric: s.Metric, F: s.F})
+		}
+	}
+	return out
+}
+
+// sumByRun adds up a run's series (its GPUs, its cpu labels).
+func sumByRun(samples []promql.Sample) []promql.Sample {
+	var out []promql.Sample
+	index := map[runKey]int{}
+	for _, s := range samples {
+		k := keyOf(s.Metric)
+		if i, ok := index[k]; ok {
+			out[i].F += s.F
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, promql.Sample{Metric: labels.FromStrings("instance", k.instance, "id", k.id), F: s.F})
+	}
+	return out
+}
+
+// eachRun calls f with the value of every run among samples.
+func eachRun(runs map[runKey]*Run, samples []promql.Sample, f func(*Run, float64)) {
+	for _, s := range samples {
+		if run, ok := runs[keyOf(s.Metric)]; ok && !math.IsNaN(s.F) {
+			f(run, s.F)
+		}
+	}
+}
+
+func (e *evaluator) vector(qs string) promql.Vector { return e.vectorAt(qs, e.at) }
+
+func (e *evaluator) vectorAt(qs string, at time.Time) (v promql.Vector) {
+	e.exec(qs, at, func(res *promql.Result) (err error) {
+		v, err = res.Vector()
+		return err
+	})
+	return v
+}
+
+// matrix runs a range selector; its points are copied out, as the query
+// gives them back to the engine's pool when closed.
+func (e *evaluator) matrix(qs string, at time.Time) (m promql.Matrix) {
+	e.exec(qs, at, func(res *promql.Result) error {
+		got, err := res.Matrix()
+		for _, s := range got {
+			m = append(m, promql.Series{Metric: s.Metric, Floats: slices.Clone(s.Floats)})
+		}
+		return err
+	})
+	return m
+}
+
+// exec runs qs at at and reads its result with read before the query is
+// closed.
+func (e *evaluator) exec(qs string, at time.Time, read func(*promql.Result) error) {
+	if e.err != nil {
+		return
+	}
+	q, err := e.r.o.Engine.NewInstantQuery(e.ctx, e.r.o.Queryable, nil, qs, at)
 	if err != nil {
 		e.err = fmt.Errorf("prepare %s: %w", qs, err)
-		return nil
+		return
 	}
 	defer q.Close()
 	res := q.Exec(e.ctx)
 	if err := e.ctx.Err(); err != nil {
 		e.err = fmt.Errorf("workload report: %w", err)
-		return nil
+		return
 	}
 	if res.Err != nil {
 		e.err = fmt.Errorf("run %s: %w", qs, res.Err)
-		return nil
+		return
 	}
-	v, err := res.Vector()
-	if err != nil {
+	if err := read(res); err != nil {
 		e.err = fmt.Errorf("run %s: %w", qs, err)
-		return nil
 	}
-	return v
 }
 
 // each calls f with the value of every run the query returns.
 func (e *evaluator) each(qs string, runs map[runKey]*Run, f func(*Run, float64)) {
-	for _, s := range e.vector(qs) {
-		if run, ok := runs[keyOf(s.Metric)]; ok && !math.IsNaN(s.F) {
-			f(run, s.F)
-		}
-	}
+	eachRun(runs, e.vector(qs), f)
 }
 
 func setIdentity(run *Run, m labels.Labels) {
