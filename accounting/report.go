@@ -24,18 +24,18 @@ import (
 // The recorded series of the gpuscope.accounting rule group that the
 // report integrates; query/pack/accounting.yml defines them.
 const (
-	seriesGPUHeld      = "gpu_workload:gpu_held:present"
-	seriesSMShare      = "gpu_workload:gpu_sm_share:ratio"
-	seriesGPUMemory    = "gpu_workload:gpu_memory_used_bytes:max1m"
-	seriesGPUPower     = "gpu_workload:gpu_power_watts:apportioned"
-	seriesBottleneck   = "gpu_workload:bottleneck:class" // gpuscope.diagnosis
-	seriesXIDs         = "gpu_workload:xid_errors_total:sum"
-	seriesMemory       = "workload:memory_working_set_bytes:max1m"
-	accountingGroup    = "gpuscope.accounting"
-	rollupGroup        = "gpuscope.accounting.hourly"
+	seriesGPUHeld    = "gpu_workload:gpu_held:present"
+	seriesSMShare    = "gpu_workload:gpu_sm_share:ratio"
+	seriesGPUMemory  = "gpu_workload:gpu_memory_used_bytes:max1m"
+	seriesGPUPower   = "gpu_workload:gpu_power_watts:apportioned"
+	seriesBottleneck = "gpu_workload:bottleneck:class" // gpuscope.diagnosis
+	seriesXIDs       = "gpu_workload:xid_errors_total:sum"
+	seriesMemory     = "workload:memory_working_set_bytes:max1m"
+	accountingGroup  = "gpuscope.accounting"
+	rollupGroup      = "gpuscope.accounting.hourly"
 	// rollupHours is 1 at each evaluation of the hourly group: the hours
 	// its sums cover.
-	rollupHours = "gpuscope:accounting_rollup:present"
+	rollupHours        = "gpuscope:accounting_rollup:present"
 	defaultReportRange = 7 * 24 * time.Hour
 )
 
@@ -75,7 +75,7 @@ type Options struct {
 	// the hours that group summed from its series and only the rest from
 	// the minute and cAdvisor series. Nil: no roll-up, every sample read.
 	RollupInterval func() time.Duration
-	Logger       *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Reporter computes run reports.
