@@ -104,3 +104,14 @@ func (c Config) guardEndpoints(ctx context.Context) (Config, map[string]string) 
 	}
 	return c, why
 }
+
+// ErrNotAnswering is ProbeRuntime's error for a runtime socket that
+// accepts a connection and then says nothing.
+var ErrNotAnswering = errNotAnswering
+
+// ProbeRuntime is the probe guardEndpoints runs at start, for `gpuscope
+// doctor`: nil when the runtime's API answers at endpoint (unix:// or
+// tcp://), ErrNotAnswering, or the dial error.
+func ProbeRuntime(ctx context.Context, endpoint string) error {
+	return probeRuntime(ctx, endpoint)
+}
