@@ -59,6 +59,7 @@ func main() {
 		dashboardsExportCommand(app),
 		grafanaProvisionCommand(app),
 		workloadsCommand(app),
+		doctorCommand(app),
 		versionCommand(app),
 	}
 
