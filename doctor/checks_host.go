@@ -32,6 +32,9 @@ func rootCheck(o *Options) Check {
 		"NVML hides other users' GPU processes (their containers' gpuscope_gpu_container_* series are absent)",
 		"DCGM_FI_PROF_* where the driver restricts profiling to admins (its default)",
 	}
+	if procHidden(o.ProcRoot) {
+		lost = append(lost, "other users' /proc/<pid> (hidepid): their GPU processes are not joined to containers")
+	}
 	if o.Config.GPU.Sim.CPUBurn {
 		lost = append(lost, "gpu.sim.cpu_burn cannot create its cgroups")
 	}
@@ -87,6 +90,30 @@ func ownCgroupIsRoot(procRoot string) bool {
 		}
 	}
 	return true
+}
+
+// procHidden: /proc is mounted with hidepid, so a user other than root
+// sees only its own processes there.
+func procHidden(procRoot string) bool {
+	b, err := os.ReadFile(filepath.Join(procRoot, "self", "mountinfo"))
+	if err != nil {
+		return false
+	}
+	procRoot = filepath.Clean(procRoot)
+	for line := range strings.Lines(string(b)) {
+		pre, post, found := strings.Cut(strings.TrimSpace(line), " - ")
+		fields, after := strings.Fields(pre), strings.Fields(post)
+		if !found || len(fields) < 5 || len(after) < 3 || after[0] != "proc" || unescapeMount(fields[4]) != procRoot {
+			continue
+		}
+		for _, opt := range strings.Split(after[2], ",") {
+			switch opt {
+			case "hidepid=1", "hidepid=2", "hidepid=invisible", "hidepid=noaccess":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func firstErr(errs ...error) error {

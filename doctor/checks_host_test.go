@@ -22,21 +22,30 @@ func TestRootCheck(t *testing.T) {
 		name    string
 		uid     int
 		cpuBurn bool
+		procOpt string // super options of the /proc mount
 		status  string
 		has     []string
+		hasNot  []string
 	}{
-		{"root", 0, false, StatusOK, []string{"running as root"}},
-		{"user", 998, false, StatusWarn, []string{"uid 998, not root", "other users' GPU processes", "DCGM_FI_PROF_*"}},
-		{"user with cpu_burn", 1000, true, StatusWarn, []string{"gpu.sim.cpu_burn cannot create its cgroups"}},
+		{"root", 0, false, "rw,hidepid=2", StatusOK, []string{"running as root"}, nil},
+		{"user", 998, false, "rw", StatusWarn, []string{"uid 998, not root", "other users' GPU processes", "DCGM_FI_PROF_*"}, []string{"hidepid", "cpu_burn"}},
+		{"user with cpu_burn", 1000, true, "rw", StatusWarn, []string{"gpu.sim.cpu_burn cannot create its cgroups"}, nil},
+		{"user, /proc with hidepid", 1000, false, "rw,hidepid=invisible", StatusWarn, []string{"other users' /proc/<pid> (hidepid)"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config.Default(nil)
 			cfg.GPU.Sim.CPUBurn = tc.cpuBurn
-			o := Options{Config: cfg, Geteuid: func() int { return tc.uid }}.withDefaults()
+			proc := fakeProc(t, "", "", "", "")
+			mountinfo := "22 27 0:21 / " + proc + " rw,relatime - proc proc " + tc.procOpt + "\n"
+			require.NoError(t, os.WriteFile(filepath.Join(proc, "self", "mountinfo"), []byte(mountinfo), 0o644))
+			o := Options{Config: cfg, Geteuid: func() int { return tc.uid }, ProcRoot: proc}.withDefaults()
 			c := rootCheck(&o)
 			require.Equal(t, tc.status, c.Status)
 			for _, s := range tc.has {
 				require.Contains(t, c.Summary, s)
+			}
+			for _, s := range tc.hasNot {
+				require.NotContains(t, c.Summary, s)
 			}
 			if tc.status != StatusOK {
 				require.Contains(t, c.Hint, "run as root")
