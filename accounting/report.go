@@ -305,8 +305,17 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		func(run *Run, v float64) { run.GPUMemoryMaxBytes = v })
 	// DCGM_FI_DEV_FB_TOTAL is in MiB; a MIG instance has its own. A
 	// GPU's total does not change: sampled hourly, not every scrape.
+	// Without the roll-up, an hourly subquery rather than every scrape.
+	var totals []promql.Sample
+	if len(segs) == 1 && !segs[0].hourly {
+		totals = e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(e.rng, "]") + `:1h]))`)
+	} else {
+		totals = e.over(segs, math.Max,
+			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL%s))`),
+			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(gpu:dcgm_fi_dev_fb_total:max1h%s))`))
+	}
 	total := map[gpuKey]float64{}
-	for _, s := range e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(e.rng, "]") + `:1h]))`) {
+	for _, s := range totals {
 		total[gpuKey{s.Metric.Get("instance"), s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}] = s.F * 1048576
 	}
 	for k, gs := range gpusOf {
