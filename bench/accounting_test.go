@@ -103,6 +103,11 @@ func benchReport(b *testing.B, engine promql.QueryEngine, db storage.Queryable, 
 		rep, err := reporter.Report(context.Background(), q)
 		require.NoError(b, err)
 		checkReport(b, rep, runs)
+		var total int64
+		for _, s := range stats.byCost() {
+			total += s.total
+		}
+		b.Logf("%d queries read %d samples", len(stats.byCost()), total)
 		for _, s := range stats.byCost() {
 			b.Logf("%6.0f ms  peak %6d  total %9d samples  %s", s.d.Seconds()*1000, s.peak, s.total, s.expr)
 			require.Less(b, s.peak, int64(serveMaxSamples), s.expr)
