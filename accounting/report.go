@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -507,20 +508,36 @@ func sum(a, b float64) float64 { return a + b }
 // minute and cAdvisor series, hourly the same over the roll-up's series,
 // and merge combines a series' values from the segments (sum, max, min).
 func (e *evaluator) over(segs []segment, merge func(a, b float64) float64, minute, hourly func(rng string) string) []promql.Sample {
+	if e.err != nil {
+		return nil
+	}
 	if len(segs) == 1 && !segs[0].hourly {
 		return e.vectorAt(minute("["+model.Duration(segs[0].length).String()+"]"), segs[0].end)
 	}
+	// The segments' queries are independent: run together, a report's
+	// wall time is under its CPU time where there are cores to spare.
+	vs := make([]promql.Vector, len(segs))
+	errs := make([]error, len(segs))
+	var wg sync.WaitGroup
+	for i, sg := range segs {
+		// An hourly segment's samples are at first..end: the range reaches
+		// a millisecond before the first, so not the one an hour before it.
+		qs := minute("[" + model.Duration(sg.length).String() + "]")
+		if sg.hourly {
+			qs = hourly("[" + model.Duration(sg.end.Sub(sg.first)+time.Millisecond).String() + "]")
+		}
+		wg.Go(func() { vs[i], errs[i] = e.query(qs, sg.end) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			e.err = err
+			return nil
+		}
+	}
 	var out []promql.Sample
 	index := map[string]int{}
-	for _, sg := range segs {
-		var v promql.Vector
-		if sg.hourly {
-			// The samples at first..end: the range reaches a millisecond
-			// before the first, so not the one an hour before it.
-			v = e.vectorAt(hourly("["+model.Duration(sg.end.Sub(sg.first)+time.Millisecond).String()+"]"), sg.end)
-		} else {
-			v = e.vectorAt(minute("["+model.Duration(sg.length).String()+"]"), sg.end)
-		}
+	for _, v := range vs {
 		for _, s := range v {
 			if math.IsNaN(s.F) {
 				continue
@@ -564,18 +581,33 @@ func eachRun(runs map[runKey]*Run, samples []promql.Sample, f func(*Run, float64
 
 func (e *evaluator) vector(qs string) promql.Vector { return e.vectorAt(qs, e.at) }
 
-func (e *evaluator) vectorAt(qs string, at time.Time) (v promql.Vector) {
-	e.exec(qs, at, func(res *promql.Result) (err error) {
+func (e *evaluator) vectorAt(qs string, at time.Time) promql.Vector {
+	if e.err != nil {
+		return nil
+	}
+	v, err := e.query(qs, at)
+	if err != nil {
+		e.err = err
+	}
+	return v
+}
+
+// query runs qs at at. Safe for concurrent use.
+func (e *evaluator) query(qs string, at time.Time) (v promql.Vector, err error) {
+	err = e.exec(qs, at, func(res *promql.Result) (err error) {
 		v, err = res.Vector()
 		return err
 	})
-	return v
+	return v, err
 }
 
 // matrix runs a range selector; its points are copied out, as the query
 // gives them back to the engine's pool when closed.
 func (e *evaluator) matrix(qs string, at time.Time) (m promql.Matrix) {
-	e.exec(qs, at, func(res *promql.Result) error {
+	if e.err != nil {
+		return nil
+	}
+	e.err = e.exec(qs, at, func(res *promql.Result) error {
 		got, err := res.Matrix()
 		for _, s := range got {
 			m = append(m, promql.Series{Metric: s.Metric, Floats: slices.Clone(s.Floats)})
@@ -587,28 +619,23 @@ func (e *evaluator) matrix(qs string, at time.Time) (m promql.Matrix) {
 
 // exec runs qs at at and reads its result with read before the query is
 // closed.
-func (e *evaluator) exec(qs string, at time.Time, read func(*promql.Result) error) {
-	if e.err != nil {
-		return
-	}
+func (e *evaluator) exec(qs string, at time.Time, read func(*promql.Result) error) error {
 	q, err := e.r.o.Engine.NewInstantQuery(e.ctx, e.r.o.Queryable, nil, qs, at)
 	if err != nil {
-		e.err = fmt.Errorf("prepare %s: %w", qs, err)
-		return
+		return fmt.Errorf("prepare %s: %w", qs, err)
 	}
 	defer q.Close()
 	res := q.Exec(e.ctx)
 	if err := e.ctx.Err(); err != nil {
-		e.err = fmt.Errorf("workload report: %w", err)
-		return
+		return fmt.Errorf("workload report: %w", err)
 	}
 	if res.Err != nil {
-		e.err = fmt.Errorf("run %s: %w", qs, res.Err)
-		return
+		return fmt.Errorf("run %s: %w", qs, res.Err)
 	}
 	if err := read(res); err != nil {
-		e.err = fmt.Errorf("run %s: %w", qs, err)
+		return fmt.Errorf("run %s: %w", qs, err)
 	}
+	return nil
 }
 
 // each calls f with the value of every run the query returns.
