@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/version"
 
 	"github.com/gpuscope/gpuscope/config"
@@ -97,6 +98,13 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 		return nil, err
 	}
 	reg := newSelfRegistry()
+	// The page at / shows the GPU collector's current values.
+	var gpuMetrics prometheus.Gatherer
+	if a.collectors.gpu != nil {
+		r := prometheus.NewRegistry()
+		r.MustRegister(a.collectors.gpu)
+		gpuMetrics = r
+	}
 	a.web = web.New(web.Options{
 		Logger:        logger.With("component", "web"),
 		ListenAddress: f.listenAddress,
@@ -107,6 +115,11 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 		Registerer:          reg,
 		API:                 nil,
 		Status:              a.statusLines,
+		Overview: web.OverviewOptions{
+			ScrapeInterval: a.cfg.ScrapeInterval,
+			Local:          gpuMetrics,
+			Node:           a.nodeName,
+		},
 	})
 	a.collectors.mount(a.web)
 	return a, nil

@@ -380,6 +380,9 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		},
 		AllowUnauthenticatedAdmin: f.allowUnauthAdmin,
 		Status:                    a.statusLines,
+		Overview: web.OverviewOptions{
+			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
+		},
 	})
 	a.web.MountFederation(web.FederationOptions{
 		Queryable:     a.ready,

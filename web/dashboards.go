@@ -12,6 +12,7 @@ import (
 // uid and title, GET /api/dashboards/{uid} returns the JSON that Grafana's
 // Dashboards → Import accepts.
 func (h *Handler) MountDashboards(set *dashboards.Set) {
+	h.dashboards = set
 	h.echo.GET("/api/dashboards", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, set.List())
 	})

@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	toolkitweb "github.com/prometheus/exporter-toolkit/web"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/gpuscope/gpuscope/dashboards"
 )
 
 var errNoScrapeManager = errors.New("scraping is not running")
@@ -53,6 +55,8 @@ type Options struct {
 	// Status renders extra lines of the status page (where to point
 	// Grafana, the data directory, ...).
 	Status func() []StatusLine
+	// Overview configures the page at /.
+	Overview OverviewOptions
 }
 
 // StatusLine is one line of the status page.
@@ -73,6 +77,9 @@ type Handler struct {
 	reloadCh chan chan error
 	quitCh   chan struct{}
 	quitOnce sync.Once
+
+	started    time.Time
+	dashboards *dashboards.Set // set by MountDashboards, before Run
 }
 
 // New builds the handler and its routes.
@@ -93,6 +100,7 @@ func New(o Options) *Handler {
 		self:       bufconn.Listen(1 << 20),
 		reloadCh:   make(chan chan error),
 		quitCh:     make(chan struct{}),
+		started:    time.Now(),
 	}
 	e := h.echo
 	e.HideBanner = true
@@ -141,7 +149,7 @@ func New(o Options) *Handler {
 			e.Any("/api/v1/admin/*", h.privileged(apiHandler))
 		}
 	}
-	e.GET("/", h.statusPage)
+	e.GET("/", h.overview)
 	return h
 }
 
