@@ -21,18 +21,23 @@ import (
 )
 
 // evalRollup runs the real gpuscope.accounting.hourly group at each of
-// times, as the rule manager would at its interval.
+// times, as the rule manager would at its interval, with its query
+// offset: what it records is stamped a minute before each time.
 func evalRollup(t *testing.T, st storage.Storage, engine *promql.Engine, times ...time.Time) {
 	t.Helper()
 	p := parser.NewParser(parser.Options{})
 	rgs, errs := rulefmt.ParseFile(packFile, false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
 	require.Empty(t, errs)
 	var rs []rules.Rule
+	var offset *time.Duration
 	for _, g := range rgs.Groups {
 		if g.Name != rollupGroup {
 			continue
 		}
 		require.Equal(t, model.Duration(time.Hour), g.Interval, "the report is told the group's interval; this test assumes 1h")
+		require.NotNil(t, g.QueryOffset)
+		o := time.Duration(*g.QueryOffset)
+		offset = &o
 		for _, r := range g.Rules {
 			expr, err := p.ParseExpr(r.Expr)
 			require.NoError(t, err)
@@ -42,7 +47,7 @@ func evalRollup(t *testing.T, st storage.Storage, engine *promql.Engine, times .
 	require.NotEmpty(t, rs)
 	ctx := context.Background()
 	g := rules.NewGroup(rules.GroupOptions{
-		Name: rollupGroup, File: packFile, Interval: time.Hour, Rules: rs,
+		Name: rollupGroup, File: packFile, Interval: time.Hour, Rules: rs, QueryOffset: offset,
 		Opts: &rules.ManagerOptions{
 			QueryFunc:    rules.EngineQueryFunc(engine, st),
 			AppendableV2: st,
@@ -144,12 +149,12 @@ func TestReportRollup(t *testing.T) {
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 50_000_000)
 	t0 := time.Unix(0, 0).UTC()
 	evalAccounting(t, st, engine, t0, t0.Add(8*time.Hour), time.Minute)
-	// The hourly group at 17 minutes past, as a group's hash may place it;
-	// 4:17 missed.
+	// The hourly group at 18 minutes past, as a group's hash may place it,
+	// a minute behind (its samples stamped 17 past); 4:18 missed.
 	var evals []time.Time
 	for h := 0; h < 8; h++ {
 		if h != 4 {
-			evals = append(evals, t0.Add(time.Duration(h)*time.Hour+17*time.Minute))
+			evals = append(evals, t0.Add(time.Duration(h)*time.Hour+18*time.Minute))
 		}
 	}
 	evalRollup(t, st, engine, evals...)

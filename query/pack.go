@@ -219,6 +219,10 @@ func scaleGroup(g *rulefmt.RuleGroup, s float64, minRange time.Duration, p parse
 	if g.Interval != 0 {
 		g.Interval = model.Duration(scaleDuration(time.Duration(g.Interval), s, time.Millisecond))
 	}
+	if g.QueryOffset != nil {
+		offset := model.Duration(scaleDuration(time.Duration(*g.QueryOffset), s, 0))
+		g.QueryOffset = &offset
+	}
 	for i := range g.Rules {
 		r := &g.Rules[i]
 		expr, err := p.ParseExpr(r.Expr)

@@ -178,6 +178,15 @@ func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
 		_, err = applyPack(rgs, packOptions{timeScale: 60, minRange: 4 * time.Second}, p)
 		require.NoError(t, err)
 		require.Equal(t, model.Duration(5*time.Second), rgs.Groups[0].Interval, "group interval 5m / 60")
+
+		rgs = load("accounting.yml")
+		_, err = applyPack(rgs, packOptions{timeScale: 60, minRange: 4 * time.Second}, p)
+		require.NoError(t, err)
+		hourly := rgs.Groups[1]
+		require.Equal(t, "gpuscope.accounting.hourly", hourly.Name)
+		require.Equal(t, model.Duration(time.Minute), hourly.Interval, "1h / 60")
+		require.NotNil(t, hourly.QueryOffset)
+		require.Equal(t, model.Duration(time.Second), *hourly.QueryOffset, "its query offset, 1m / 60, still a minute's sample behind")
 	})
 
 	t.Run("disabled groups and rules, overrides", func(t *testing.T) {
