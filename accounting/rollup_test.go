@@ -22,7 +22,7 @@ import (
 
 // evalRollup runs the real gpuscope.accounting.hourly group at each of
 // times, as the rule manager would at its interval, with its query
-// offset: what it records is stamped a minute before each time.
+// offset: what it records is stamped five minutes before each time.
 func evalRollup(t *testing.T, st storage.Storage, engine *promql.Engine, times ...time.Time) {
 	t.Helper()
 	p := parser.NewParser(parser.Options{})
@@ -149,12 +149,12 @@ func TestReportRollup(t *testing.T) {
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 50_000_000)
 	t0 := time.Unix(0, 0).UTC()
 	evalAccounting(t, st, engine, t0, t0.Add(8*time.Hour), time.Minute)
-	// The hourly group at 18 minutes past, as a group's hash may place it,
-	// a minute behind (its samples stamped 17 past); 4:18 missed.
+	// The hourly group at 22 minutes past, as a group's hash may place it,
+	// five minutes behind (its samples stamped 17 past); 4:22 missed.
 	var evals []time.Time
 	for h := 0; h < 8; h++ {
 		if h != 4 {
-			evals = append(evals, t0.Add(time.Duration(h)*time.Hour+18*time.Minute))
+			evals = append(evals, t0.Add(time.Duration(h)*time.Hour+22*time.Minute))
 		}
 	}
 	evalRollup(t, st, engine, evals...)

@@ -186,7 +186,7 @@ func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
 		require.Equal(t, "gpuscope.accounting.hourly", hourly.Name)
 		require.Equal(t, model.Duration(time.Minute), hourly.Interval, "1h / 60")
 		require.NotNil(t, hourly.QueryOffset)
-		require.Equal(t, model.Duration(time.Second), *hourly.QueryOffset, "its query offset, 1m / 60, still a minute's sample behind")
+		require.Equal(t, model.Duration(5*time.Second), *hourly.QueryOffset, "its query offset, 5m / 60, still five of the minute group's samples behind")
 	})
 
 	t.Run("disabled groups and rules, overrides", func(t *testing.T) {
