@@ -190,16 +190,16 @@ func queryRange(ctx context.Context, url, q string, start, end time.Time, step t
 	return toRangeResult(m, drop, false, dropName)
 }
 
-// allSamples returns every series' raw samples in (end-window, end]: an
-// instant query of the range selector {__name__=~".+"}[window], which
+// allSamples returns the raw samples in (end-window, end] of every series
+// that selector selects: an instant query of selector[window], which
 // Prometheus and VictoriaMetrics both answer with the stored samples
 // (but see dropStaleMarkers). drop (strict) as in toRangeResult.
-func allSamples(ctx context.Context, url string, end time.Time, window time.Duration, drop model.LabelSet) (rangeResult, error) {
+func allSamples(ctx context.Context, url, selector string, end time.Time, window time.Duration, drop model.LabelSet) (rangeResult, error) {
 	a, err := promAPI(url)
 	if err != nil {
 		return nil, err
 	}
-	q := fmt.Sprintf(`{__name__=~".+"}[%dms]`, window.Milliseconds())
+	q := fmt.Sprintf(`%s[%dms]`, selector, window.Milliseconds())
 	v, _, _, err := a.Query(ctx, q, end)
 	if err != nil {
 		return nil, fmt.Errorf("%s: query %s: %w", url, q, err)
@@ -249,10 +249,11 @@ func (r rangeResult) samples() int {
 
 // diffRanges compares want and got: the same series, each with a value
 // at the same timestamps, values within relTol of each other (relative
-// to the larger magnitude; 0 means equal). It returns a description of
-// the first differences, or "" when they agree, and the largest relative
+// to the larger magnitude; 0 means equal). allowExtra, when not nil, may
+// excuse a point that only got has. It returns a description of the
+// first differences, or "" when they agree, and the largest relative
 // difference seen.
-func diffRanges(want, got rangeResult, relTol float64) (string, float64) {
+func diffRanges(want, got rangeResult, relTol float64, allowExtra func(key string, ts int64, v float64) bool) (string, float64) {
 	var diffs []string
 	maxRel := 0.0
 	keys := map[string]bool{}
@@ -291,8 +292,8 @@ func diffRanges(want, got rangeResult, relTol float64) (string, float64) {
 				differ = append(differ, fmt.Sprintf("%s %v vs %v", model.Time(ts).Time().UTC().Format("15:04:05.000"), wv, gv))
 			}
 		}
-		for ts := range g {
-			if _, ok := w[ts]; !ok {
+		for ts, gv := range g {
+			if _, ok := w[ts]; !ok && (allowExtra == nil || !allowExtra(k, ts, gv)) {
 				extra = append(extra, model.Time(ts).Time().UTC().Format("15:04:05.000"))
 			}
 		}

@@ -262,7 +262,7 @@ remote_write:
 		{"the outage", stoppedAt, restartedAt},
 	}
 	for _, w := range windows {
-		want, err := allSamples(ctx, gs.URL, w.to, w.to.Sub(w.from), nil)
+		want, err := allSamples(ctx, gs.URL, `{__name__=~".+"}`, w.to, w.to.Sub(w.from), nil)
 		require.NoError(t, err)
 		nans := dropNaN(want)
 		// The demo's node: 8 GPUs' DCGM series, cAdvisor's, gpuscope's own
@@ -273,17 +273,17 @@ remote_write:
 			stale int
 		)
 		eventually(t, time.Minute, "VictoriaMetrics has "+w.name+"'s samples", func() error {
-			got, err = allSamples(ctx, vmURL, w.to, w.to.Sub(w.from), external)
+			got, err = allSamples(ctx, vmURL, `{__name__=~".+"}`, w.to, w.to.Sub(w.from), external)
 			if err != nil {
 				return err
 			}
 			stale = dropNaN(got)
-			if diff, _ := diffRanges(want, got, vmStorageRelTol); diff != "" {
+			if diff, _ := diffRanges(want, got, vmStorageRelTol, nil); diff != "" {
 				return fmt.Errorf("%s: %s", w.name, diff)
 			}
 			return nil
 		})
-		_, maxRel := diffRanges(want, got, vmStorageRelTol)
+		_, maxRel := diffRanges(want, got, vmStorageRelTol, nil)
 		t.Logf("%s (%s to %s): %d series, %d samples in both, values equal to %.2g relative; left out: %d NaN samples only gpuscope has, %d staleness markers only VictoriaMetrics returns",
 			w.name, w.from.UTC().Format("15:04:05"), w.to.UTC().Format("15:04:05"), len(want), want.samples(), maxRel, nans, stale)
 	}
@@ -305,14 +305,14 @@ remote_write:
 		if q.mayBeEmpty == "" {
 			require.NotEmpty(t, want, "%s: gpuscope answers %s", q.name, q.promql)
 		}
-		diff, maxRel := diffRanges(want, got, tol)
+		diff, maxRel := diffRanges(want, got, tol, nil)
 		require.Empty(t, diff, "%s: gpuscope %s vs VictoriaMetrics %s", q.name, q.promql, mq)
 		t.Logf("%s: %d series, %d points equal (largest relative difference %.2g)", q.name, len(want), want.samples(), maxRel)
 		if q.metricsQL != "" {
 			// MetricsQL's own answer to the PromQL text, for the record.
 			native, err := queryRange(ctx, vmURL, q.promql, windowStart, windowEnd, step, external, false)
 			require.NoError(t, err, q.name)
-			_, maxRel := diffRanges(want, native, 0)
+			_, maxRel := diffRanges(want, native, 0, nil)
 			t.Logf("%s: MetricsQL's own %s differs by up to %.2g relative", q.name, q.promql, maxRel)
 		}
 	}
