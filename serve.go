@@ -36,6 +36,7 @@ import (
 	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/dashboards"
+	"github.com/gpuscope/gpuscope/doctor"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
@@ -169,6 +170,7 @@ type appliance struct {
 	notifier   *query.Notifier
 	rules      *query.Rules
 	collectors *nodeCollectors
+	health     *healthBlock
 
 	config         atomic.Pointer[config.Config]
 	reloadSuccess  prometheus.Gauge
@@ -382,6 +384,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		Status:                    a.statusLines,
 		Overview: web.OverviewOptions{
 			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
+			Health:         a.healthChecks(),
 		},
 	})
 	a.web.MountFederation(web.FederationOptions{
@@ -408,6 +411,9 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 // data directory lock and the listener (if the server never took it).
 func (a *appliance) close() error {
 	var errs []error
+	if a.health != nil {
+		a.health.wait()
+	}
 	if a.remote != nil {
 		errs = append(errs, a.remote.Close())
 	}
@@ -546,6 +552,7 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	group.start("rules", func(ctx context.Context, _ net.Listener) error { return a.rules.Run(ctx) }, fail("rules"), nil)
 
 	a.web.SetReady(true)
+	a.health.Checks(ctx) // the first run now, so that the page has them when first opened
 	logger.Info("gpuscope is ready; point Grafana's Prometheus data source at this URL",
 		"url", a.grafanaURL(), "listen", a.listener.Addr().String(), "node", a.nodeName)
 
@@ -661,6 +668,28 @@ func (a *appliance) statusLines() []web.StatusLine {
 }
 
 var startTime = time.Now()
+
+// healthChecks runs gpuscope doctor's checks for the overview page's
+// Health block, about this appliance: its data directory, retention,
+// port, and its own targets and containers (asked over HTTP, unless the
+// web config may require credentials the appliance does not have).
+func (a *appliance) healthChecks() func(ctx context.Context) []web.HealthCheck {
+	self := "http://" + a.selfAddr
+	if a.flags.webConfigFile != "" {
+		self = ""
+	}
+	a.health = newHealthBlock(func(ctx context.Context) []doctor.Check {
+		return doctor.Run(ctx, doctor.Options{
+			Config:        a.config.Load(),
+			Logger:        a.logger.With("component", "doctor"),
+			DataDir:       a.flags.dataDir,
+			RetentionSize: int64(a.flags.retentionSize),
+			ListenAddress: a.flags.listenAddress,
+			URL:           self,
+		})
+	})
+	return a.health.Checks
+}
 
 func (a *appliance) runtimeInfo() (apiv1.RuntimeInfo, error) {
 	cwd, _ := os.Getwd()
