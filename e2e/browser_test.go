@@ -727,3 +727,88 @@ func textOf(n *html.Node) string {
 	walk(n)
 	return b.String()
 }
+
+// TestBrowserChecksCanFail: the browser test's own readers say no to what
+// they must refuse (a blank screenshot, an error page, an evaluation time
+// that is not a number) and read the overview's hooks as meant: the
+// head's title, a workload's fields apart from its card's, a field with
+// no data-value, escaped label values.
+func TestBrowserChecksCanFail(t *testing.T) {
+	t.Parallel()
+	blank := image.NewRGBA(image.Rect(0, 0, 1280, 900))
+	for i := range blank.Pix {
+		blank.Pix[i] = 0xff
+	}
+	var buf bytes.Buffer
+	require.NoError(t, png.Encode(&buf, blank))
+	st, err := screenshotStats(buf.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, screenshotInfo{Size: image.Pt(1280, 900), Colours: 1, Foreground: 0}, st)
+	_, err = screenshotStats([]byte("<html>not a PNG</html>"))
+	require.ErrorContains(t, err, "decode screenshot")
+
+	for _, tc := range []struct {
+		name, doc string
+		err       string
+		check     func(t *testing.T, p overviewPage)
+	}{
+		{
+			name: "the overview",
+			doc: `<!doctype html><html><head><meta http-equiv="refresh" content="15"><title>gpuscope</title></head>
+<body data-eval-time="1764630000.123"><section id="alerts"><ul><li class="alert firing" data-alertname="GPUMemoryLeakSuspected" data-state="pending">GPU 2 on n may be leaking memory</li></ul></section>
+<section class="gpu-card" data-instance="n" data-gpu="2" data-uuid="GPU-2"><h3>GPU 2 <span data-field="model" data-value="H100">H100</span></h3>
+<span data-field="utilization" data-value="87.5">87 %</span><span data-field="last-xid">–</span>
+<ul><li class="gpu-workload" data-workload="&lt;b&gt;job"><span data-field="workload-memory" data-value="1024">1 KiB</span></li></ul>
+<svg class="sparkline"><title>last hour</title><polyline points=""/></svg></section></body></html>`,
+			check: func(t *testing.T, p overviewPage) {
+				require.Equal(t, "gpuscope", p.Title, "the head's title, not the sparkline's")
+				require.Equal(t, "15", p.Refresh)
+				require.Equal(t, time.UnixMilli(1764630000123), p.EvalTime)
+				require.Equal(t, []overviewAlert{{Name: "GPUMemoryLeakSuspected", State: "pending", Text: "GPU 2 on n may be leaking memory"}}, p.Alerts)
+				require.Len(t, p.Cards, 1)
+				c := p.Cards[0]
+				require.Equal(t, overviewField{Value: "87.5", HasValue: true, Text: "87 %"}, c.Fields["utilization"])
+				require.Equal(t, overviewField{Text: "–"}, c.Fields["last-xid"])
+				require.NotContains(t, c.Fields, "workload-memory", "a workload's fields are the workload's")
+				require.Equal(t, []overviewWorkload{{Name: "<b>job", Fields: map[string]overviewField{"workload-memory": {Value: "1024", HasValue: true, Text: "1 KiB"}}}}, c.Workloads)
+				require.True(t, c.Sparkline)
+				checkNotErrorPage(t, p)
+			},
+		},
+		{
+			name: "echo's 404",
+			doc:  `{"message":"Not Found"}`,
+			check: func(t *testing.T, p overviewPage) {
+				require.Empty(t, p.Cards)
+				require.Empty(t, p.Title)
+			},
+		},
+		{
+			name: "Chromium's error page",
+			doc:  `<html><head><title>gpuscope</title></head><body>This site can’t be reached ERR_CONNECTION_REFUSED</body></html>`,
+			check: func(t *testing.T, p overviewPage) {
+				for _, re := range errorPage {
+					if re.MatchString(p.Text) {
+						return
+					}
+				}
+				t.Fatalf("no error-page pattern matches %q", p.Text)
+			},
+		},
+		{
+			name: "an evaluation time that is not a number",
+			doc:  `<html><body data-eval-time="yesterday"></body></html>`,
+			err:  `<body data-eval-time="yesterday"> is not unix seconds`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := parseOverview(tc.doc)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			tc.check(t, p)
+		})
+	}
+}
