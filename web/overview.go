@@ -60,7 +60,7 @@ var overviewTemplate = template.Must(template.New("overview.html").Funcs(templat
 	"duration": humanDuration,
 	"css":      func() template.CSS { return overviewCSS },
 	"join":     strings.Join,
-	"mul":      func(a, b float64) float64 { return a * b },
+	"ratio":    func(a, b float64) string { return strconv.FormatFloat(a/b, 'f', 3, 64) },
 	"unit":     unitText,
 	"fieldArgs": func(name string, f field, unit string) fieldArgs {
 		return fieldArgs{Name: name, F: f, Unit: unit}
@@ -403,7 +403,7 @@ func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOption
 		sort.Slice(c.Workloads, func(i, j int) bool { return c.Workloads[i].Mem > c.Workloads[j].Mem })
 		if series != nil && sparkErr == nil && memErr == nil {
 			k := cardKey(labels.FromStrings("instance", c.Instance, "gpu", c.GPU, "UUID", c.UUID))
-			if sp := (sparkline{Util: polyline(sparkUtil[k], p.EvalTime), Mem: polyline(spMem[k], p.EvalTime)}); sp.Util != "" || sp.Mem != "" {
+			if sp := (sparkline{Util: sparkPath(sparkUtil[k], p.EvalTime), Mem: sparkPath(spMem[k], p.EvalTime)}); sp.Util != "" || sp.Mem != "" {
 				c.Spark = &sp
 			}
 		}
@@ -435,21 +435,58 @@ func gpuLess(a, b *gpuCard) bool {
 	return a.UUID < b.UUID
 }
 
-// polyline draws percentages (0 to 100) over the hour before end as the
-// points of a 118×24 SVG polyline, two units a minute.
-func polyline(ps []point, end time.Time) string {
-	var b strings.Builder
-	start := end.Add(-(sparkPoints - 1) * time.Minute).UnixMilli()
+// sparkPath draws percentages (0 to 100) over the hour before end as an
+// SVG path in a 59×20 box, one unit a minute. Steps are relative, and a
+// run of equal steps is one line (exactly what the points draw), to keep
+// the page small: 128 cards of two lines each.
+func sparkPath(ps []point, end time.Time) string {
+	var (
+		b     strings.Builder
+		start = end.Add(-(sparkPoints - 1) * time.Minute).UnixMilli()
+		lastX = int64(-2)
+		lastY int
+		runN  int // equal steps not yet written
+		runDY int
+		runs  int // points in the current segment
+	)
+	flush := func() {
+		switch {
+		case runN == 0:
+		case runDY == 0:
+			b.WriteString("h" + strconv.Itoa(runN))
+		case runDY > 0:
+			b.WriteString("l" + strconv.Itoa(runN) + " " + strconv.Itoa(runN*runDY))
+		default:
+			b.WriteString("l" + strconv.Itoa(runN) + strconv.Itoa(runN*runDY))
+		}
+		runN = 0
+	}
 	for _, p := range ps {
 		if math.IsNaN(p.v) {
 			continue
 		}
-		x := (p.t - start) / 30000
-		y := 24 - math.Round(math.Max(0, math.Min(100, p.v))*0.24)
-		if b.Len() > 0 {
-			b.WriteByte(' ')
+		x := (p.t - start) / 60000
+		y := 20 - int(math.Round(math.Max(0, math.Min(100, p.v))/5))
+		if x == lastX+1 {
+			if dy := y - lastY; runN > 0 && dy != runDY {
+				flush()
+			}
+			runDY = y - lastY
+			runN++
+			runs++
+		} else { // the first point, or after a gap
+			flush()
+			if runs == 1 {
+				b.WriteString("h.5") // a lone point still shows
+			}
+			b.WriteString("M" + strconv.FormatInt(x, 10) + " " + strconv.Itoa(y))
+			runs = 1
 		}
-		b.WriteString(strconv.FormatInt(x, 10) + "," + strconv.FormatFloat(y, 'f', -1, 64))
+		lastX, lastY = x, y
+	}
+	flush()
+	if runs == 1 {
+		b.WriteString("h.5")
 	}
 	return b.String()
 }

@@ -3,11 +3,13 @@ package web
 import (
 	"context"
 	"html"
+	"math"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,11 +158,13 @@ func TestOverviewCards(t *testing.T) {
 	}
 	require.Contains(t, body, `<li class="gpu-workload" data-workload="train"><code>train</code> <span data-field="workload-memory" data-value="1073741824">1.0 GiB</span> · SM <span data-field="workload-sm" data-value="55">55 %</span></li>`)
 	require.Equal(t, 2, strings.Count(body, `<svg class="sparkline"`), "none for the GPU without utilisation or memory")
-	require.Contains(t, body, `<polyline class="m" points="0,12 2,12 `, "GPU 0 uses 49 % of FB_TOTAL")
-	// 60 points of utilisation: 0 to 118 at two units a minute.
-	pts := regexp.MustCompile(`<polyline class="u" points="([^"]*)"`).FindStringSubmatch(body)
-	require.Len(t, strings.Fields(pts[1]), sparkPoints)
-	require.True(t, strings.HasPrefix(pts[1], "0,24 2,24 4,23 ") && strings.HasSuffix(pts[1], " 118,10"), pts[1])
+	// 60 points of utilisation, one a minute: 1 % to 60 %, a step of
+	// 1 (5 %) every 5 minutes; memory flat at 49 %.
+	d := regexp.MustCompile(`<path class="u" d="([^"]*)"`).FindStringSubmatch(body)[1]
+	require.True(t, strings.HasPrefix(d, "M0 20h1l1-1h4l1-1h4"), d)
+	x, y := followPath(t, d)
+	require.Equal(t, []int{59, 8}, []int{x, y}, "from 1 %% to 60 %%: %s", d)
+	require.Contains(t, body, `<path class="m" d="M0 10h59"/>`, "GPU 0 uses 49 % of FB_TOTAL")
 	require.Contains(t, body, `<code data-query-field="utilization">`)
 	require.Contains(t, body, `<td>Node</td><td><code>node-a</code></td>`, "the status lines stay")
 	require.Contains(t, body, `<section id="alerts">`)
@@ -168,6 +172,26 @@ func TestOverviewCards(t *testing.T) {
 
 // TestOverviewValuesMatchTheAPI: each data-value is what the documented
 // query returns at the page's evaluation time.
+// followPath follows a sparkline's path to its last point.
+func followPath(t *testing.T, d string) (x, y int) {
+	t.Helper()
+	m := regexp.MustCompile(`^M(\d+) (\d+)`).FindStringSubmatch(d)
+	require.NotNil(t, m, d)
+	x, _ = strconv.Atoi(m[1])
+	y, _ = strconv.Atoi(m[2])
+	for _, step := range regexp.MustCompile(`h(\d+)|l(\d+) ?(-?\d+)`).FindAllStringSubmatch(d[len(m[0]):], -1) {
+		if step[1] != "" {
+			n, _ := strconv.Atoi(step[1])
+			x += n
+			continue
+		}
+		n, _ := strconv.Atoi(step[2])
+		dy, _ := strconv.Atoi(step[3])
+		x, y = x+n, y+dy
+	}
+	return x, y
+}
+
 func TestOverviewValuesMatchTheAPI(t *testing.T) {
 	f := newOverview(t, overviewLoad, nil, OverviewOptions{})
 	_, body := get(t, f.srv.URL+"/")
@@ -397,4 +421,28 @@ func TestOverviewQueriesParse(t *testing.T) {
 		require.NoError(t, err, q)
 	}
 	require.Equal(t, `max by (instance, gpu, UUID) (DCGM_FI_DEV_GPU_UTIL{instance="a\"b\\c"}) or avg by (instance, gpu, UUID) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!="", instance="a\"b\\c"}) * 100`, qUtil.promQL(extra...))
+}
+
+func TestSparkPath(t *testing.T) {
+	end := time.Unix(3600, 0)
+	at := func(min int, v float64) point {
+		return point{t: end.Add(time.Duration(min-59) * time.Minute).UnixMilli(), v: v}
+	}
+	for _, tc := range []struct {
+		name string
+		ps   []point
+		want string
+	}{
+		{"none", nil, ""},
+		{"lone point", []point{at(59, 50)}, "M59 10h.5"},
+		{"flat", []point{at(0, 0), at(1, 0), at(2, 0)}, "M0 20h2"},
+		{"equal steps are one line", []point{at(0, 0), at(1, 5), at(2, 10), at(3, 10), at(4, 0)}, "M0 20l2-2h1l1 2"},
+		{"a gap starts anew", []point{at(0, 100), at(1, 100), at(5, 50), at(6, 150)}, "M0 0h1M5 10l1-10"},
+		{"lone point before a gap", []point{at(0, 0), at(2, 0), at(3, 0)}, "M0 20h.5M2 20h1"},
+		{"NaN is a gap", []point{at(0, 0), at(1, math.NaN()), at(2, 0)}, "M0 20h.5M2 20h.5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, sparkPath(tc.ps, end))
+		})
+	}
 }
