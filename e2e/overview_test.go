@@ -174,3 +174,26 @@ func TestOverviewPageAgent(t *testing.T) {
 	code, _ := a.get("/?node=elsewhere")
 	require.Equal(t, 404, code)
 }
+
+// TestOverviewPageTargetDown: a node of nodes: that nothing answers is
+// on the page, in the targets down with the scrape error, and can be
+// filtered to.
+func TestOverviewPageTargetDown(t *testing.T) {
+	t.Parallel()
+	gone := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg := writeConfig(t, t.TempDir(), "global:\n  scrape_interval: 1s\nnodes:\n  static:\n    - {address: \""+gone+"\", name: gone-node}\n")
+	p := serve(t, "", "--config.file="+cfg)
+	eventually(t, 30*time.Second, "the node that does not answer is among the targets down", func() error {
+		_, body := p.get("/")
+		m := regexp.MustCompile(`(?s)<section id="targets-down">.*?</section>`).FindString(body)
+		if !strings.Contains(m, `data-instance="gone-node"`) || !strings.Contains(m, "connection refused") {
+			return fmt.Errorf("targets down: %q", m)
+		}
+		return nil
+	})
+	code, body := p.get("/?node=gone-node")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `<section class="node" data-instance="gone-node">`)
+	require.Contains(t, body, "No GPU series from this node.")
+	require.Contains(t, body, `<meta http-equiv="refresh" content="1">`, "the page refreshes every scrape interval")
+}
