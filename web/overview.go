@@ -76,6 +76,9 @@ var overviewCSS = func() template.CSS {
 	return template.CSS(b)
 }()
 
+// overviewParallel is how many of the page's queries run at once.
+const overviewParallel = 4
+
 // sparkPoints is the number of one-minute steps in a sparkline.
 const sparkPoints = 60
 
@@ -318,12 +321,22 @@ func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOption
 		sparkUtil, spMem map[string][]point
 		sparkErr, memErr error
 	)
+	// At most overviewParallel at once: the engine's --query.max-concurrency
+	// slots are shared with Grafana and the rules.
+	sem := make(chan struct{}, overviewParallel)
+	run := func(f func()) {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			f()
+		})
+	}
 	for i, q := range queries {
-		wg.Go(func() { results[i].s, results[i].err = src.instant(ctx, q, extra) })
+		run(func() { results[i].s, results[i].err = src.instant(ctx, q, extra) })
 	}
 	if series != nil {
-		wg.Go(func() { sparkUtil, sparkErr = series(ctx, qUtil.promQL(extra...)) })
-		wg.Go(func() { spMem, memErr = series(ctx, memPercent(extra)) })
+		run(func() { sparkUtil, sparkErr = series(ctx, qUtil.promQL(extra...)) })
+		run(func() { spMem, memErr = series(ctx, memPercent(extra)) })
 	}
 	wg.Wait()
 
