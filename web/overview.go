@@ -191,9 +191,11 @@ func (h *Handler) overview(c echo.Context) error {
 			p.Dashboards = append(p.Dashboards, dashboardLink{UID: d.UID, Title: d.Title})
 		}
 	}
-	if o.Health != nil {
+	if o.Health != nil { // bounded as a query is: the checks dial nodes
+		hctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
 		p.HealthShown = true
-		p.Health = o.Health(ctx)
+		p.Health = o.Health(hctx)
+		cancel()
 	}
 
 	var (
