@@ -113,7 +113,7 @@ func TestBrowserOverview(t *testing.T) {
 	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), browserConfig(t, demo)))
 	b := startBrowser(t)
 
-	ctx, cancel := context.WithTimeout(b.ctx, 150*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, 4*time.Minute)
 	defer cancel()
 	tab := b.tab(t, ctx, true)
 	resp, err := chromedp.Run(tab, chromedp.NavigateResponse(p.URL+"/"))
