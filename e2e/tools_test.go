@@ -14,26 +14,14 @@ import (
 )
 
 // tools are the real neighbour programs, built from the pinned versions
-// of ../tools/go.mod: the Prometheus and Alertmanager that users run next
-// to gpuscope, and their command-line tools.
+// of ../tools/*/go.mod: the Prometheus and Alertmanager that users run
+// next to gpuscope, and their command-line tools.
 type tools struct {
 	Prometheus   string
 	Promtool     string
 	Alertmanager string
 	Amtool       string
 }
-
-// toolPackages are the main packages of tools, in the order of its fields.
-var toolPackages = []string{
-	"github.com/prometheus/prometheus/cmd/prometheus",
-	"github.com/prometheus/prometheus/cmd/promtool",
-	"github.com/prometheus/alertmanager/cmd/alertmanager",
-	"github.com/prometheus/alertmanager/cmd/amtool",
-}
-
-// alertmanagerModule is the module whose source the build copies (see
-// buildTools).
-const alertmanagerModule = "github.com/prometheus/alertmanager"
 
 // neighbours holds the one build of tools per test process.
 var neighbours struct {
@@ -42,9 +30,9 @@ var neighbours struct {
 	err   error
 }
 
-// neighbourTools builds the neighbour programs once per test process (one
-// `go build`; Go's build cache makes the next process's build a link) into
-// a folder beside the gpuscope binary, which TestMain removes.
+// neighbourTools builds the neighbour programs once per test process
+// into a folder beside the gpuscope binary, which TestMain removes. Go's
+// build cache makes every build after the first mostly a link.
 func neighbourTools(t *testing.T) tools {
 	t.Helper()
 	neighbours.once.Do(func() {
@@ -60,31 +48,49 @@ func neighbourTools(t *testing.T) tools {
 	return neighbours.tools
 }
 
-// buildTools builds toolPackages into dir/bin with the requirements of
-// ../tools/go.mod.
+// alertmanagerModule is the module whose source buildTools copies.
+const alertmanagerModule = "github.com/prometheus/alertmanager"
+
+// buildTools builds the neighbour programs into dir/bin: one `go build`
+// per module of ../tools. There are two because Prometheus v0.316.0 and
+// Alertmanager need different major APIs of one dependency (see
+// ../tools/prometheus/go.mod).
 //
 // Alertmanager's module as published lacks its web UI: ui/web.go embeds
 // ui/app/dist, which its release process builds with npm and which is in
 // no module zip, so `go build` of cmd/alertmanager from the module cache
-// fails ("pattern app/dist: no matching files found"). The build therefore
-// copies the module's source (same version, from the module cache) into
-// dir, adds a one-page placeholder UI, and replaces the module with that
-// copy through a go.mod of its own (-modfile); ../tools/go.mod itself
+// fails ("pattern app/dist: no matching files found"), and -overlay may
+// not add files under the module cache. The build therefore copies the
+// module's source (the pinned version, from the module cache) into dir,
+// adds a one-page placeholder UI, and replaces the module with that copy
+// through a go.mod of its own (-modfile); ../tools/alertmanager/go.mod
 // stays as `go get -tool` wrote it. The tests use Alertmanager's API and
 // amtool, never its web UI. -trimpath keeps the copy's path out of the
-// build cache's keys, so the next test process's build finds the packages
+// build cache's keys, so the next test process finds its packages
 // compiled.
 func buildTools(dir string) (tools, error) {
 	toolsDir, err := filepath.Abs(filepath.Join("..", "tools"))
 	if err != nil {
 		return tools{}, err
 	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return tools{}, err
+	}
+	err = goBuild(filepath.Join(toolsDir, "prometheus"), bin, nil,
+		"github.com/prometheus/prometheus/cmd/prometheus",
+		"github.com/prometheus/prometheus/cmd/promtool")
+	if err != nil {
+		return tools{}, err
+	}
+
+	amDir := filepath.Join(toolsDir, "alertmanager")
 	var mod struct{ Dir, Version, Error string }
 	download := exec.Command("go", "mod", "download", "-json", alertmanagerModule)
-	download.Dir = toolsDir
+	download.Dir = amDir
 	out, err := download.Output()
 	if jsonErr := json.Unmarshal(out, &mod); jsonErr != nil || err != nil || mod.Error != "" {
-		return tools{}, fmt.Errorf("go mod download %s: %w %s %s", alertmanagerModule, err, mod.Error, out)
+		return tools{}, fmt.Errorf("go mod download %s: %v %s %s", alertmanagerModule, err, mod.Error, out)
 	}
 	src := filepath.Join(dir, "src", "alertmanager@"+mod.Version)
 	if err := copyTree(mod.Dir, src); err != nil {
@@ -98,16 +104,15 @@ func buildTools(dir string) (tools, error) {
 	if err := os.WriteFile(filepath.Join(dist, "index.html"), []byte(placeholder), 0o644); err != nil {
 		return tools{}, err
 	}
-
-	goMod, err := os.ReadFile(filepath.Join(toolsDir, "go.mod"))
+	goMod, err := os.ReadFile(filepath.Join(amDir, "go.mod"))
 	if err != nil {
 		return tools{}, err
 	}
-	goSum, err := os.ReadFile(filepath.Join(toolsDir, "go.sum"))
+	goSum, err := os.ReadFile(filepath.Join(amDir, "go.sum"))
 	if err != nil {
 		return tools{}, err
 	}
-	modfile := filepath.Join(dir, "build.mod")
+	modfile := filepath.Join(dir, "alertmanager.mod")
 	goMod = fmt.Appendf(goMod, "\nreplace %s => %s\n", alertmanagerModule, src)
 	if err := os.WriteFile(modfile, goMod, 0o644); err != nil {
 		return tools{}, err
@@ -115,19 +120,11 @@ func buildTools(dir string) (tools, error) {
 	if err := os.WriteFile(strings.TrimSuffix(modfile, ".mod")+".sum", goSum, 0o644); err != nil {
 		return tools{}, err
 	}
-
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
+	err = goBuild(amDir, bin, []string{"-modfile=" + modfile},
+		"github.com/prometheus/alertmanager/cmd/alertmanager",
+		"github.com/prometheus/alertmanager/cmd/amtool")
+	if err != nil {
 		return tools{}, err
-	}
-	// Without the symbol table and DWARF, as the gpuscope binary: less
-	// work for the linker, which is most of a cached build.
-	args := append([]string{"build", "-modfile=" + modfile, "-trimpath", "-ldflags=-s -w", "-o", bin + string(filepath.Separator)}, toolPackages...)
-	build := exec.Command("go", args...)
-	build.Dir = toolsDir
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return tools{}, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return tools{
 		Prometheus:   filepath.Join(bin, "prometheus"),
@@ -135,6 +132,24 @@ func buildTools(dir string) (tools, error) {
 		Alertmanager: filepath.Join(bin, "alertmanager"),
 		Amtool:       filepath.Join(bin, "amtool"),
 	}, nil
+}
+
+// goBuild runs one `go build` of pkgs in the module at modDir, writing
+// the executables into bin.
+func goBuild(modDir, bin string, flags []string, pkgs ...string) error {
+	// Without the symbol table and DWARF, as the gpuscope binary: less
+	// work for the linker, which is most of a cached build. Pure Go:
+	// neither program needs cgo.
+	args := append([]string{"build"}, flags...)
+	args = append(args, "-trimpath", "-ldflags=-s -w", "-o", bin+string(filepath.Separator))
+	args = append(args, pkgs...)
+	build := exec.Command("go", args...)
+	build.Dir = modDir
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s (in %s): %w\n%s", strings.Join(args, " "), modDir, err, out)
+	}
+	return nil
 }
 
 // copyTree copies the regular files of the tree from into to, writable
