@@ -221,10 +221,14 @@ func TestBrowserOverview(t *testing.T) {
 	require.Equal(t, "1", page.Refresh, "<meta http-equiv=refresh> reloads the page every scrape interval (1s here)")
 }
 
-// demoAtScale is `serve --demo`'s GPU config at another speed.
+// demoAtScale is `serve --demo`'s GPU config at another speed, without
+// the input-bound container's CPU burner: the page shows its GPU all the
+// same, and the burner's cgroup (/gpuscope-demo/input-bound) is one that
+// the demo tests running beside this one create and remove themselves.
 func demoAtScale(scale float64) gpu.Config {
 	c := gpu.DemoConfig()
 	c.Sim.TimeScale = scale
+	c.Sim.CPUBurn = false
 	return c
 }
 
