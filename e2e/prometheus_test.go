@@ -181,7 +181,7 @@ nodes:
 			return err
 		}
 		dropNaN(got)
-		if diff, _ := diffRanges(want, got, 0, nil); diff != "" {
+		if diff, _ := diffRanges(want, got, 0, nil, nil); diff != "" {
 			return fmt.Errorf("%s", diff)
 		}
 		return nil
@@ -218,7 +218,7 @@ nodes:
 			_, before := want[key][ts-step.Milliseconds()]
 			return before
 		}
-		diff, maxRel := diffRanges(want, got, 1e-12, afterEnd)
+		diff, maxRel := diffRanges(want, got, 1e-12, nil, afterEnd)
 		require.Empty(t, diff, "%s: %s", sq.name, q)
 		t.Logf("%s: %d series, %d points equal (largest relative difference %.2g)", sq.name, len(want), want.samples(), maxRel)
 

@@ -238,6 +238,19 @@ func dropNaN(r rangeResult) int {
 	return n
 }
 
+// magnitudes returns each series' largest absolute value.
+func (r rangeResult) magnitudes() map[string]float64 {
+	out := make(map[string]float64, len(r))
+	for k, vals := range r {
+		for _, v := range vals {
+			if !math.IsNaN(v) {
+				out[k] = math.Max(out[k], math.Abs(v))
+			}
+		}
+	}
+	return out
+}
+
 // samples is the number of samples in r.
 func (r rangeResult) samples() int {
 	n := 0
@@ -249,11 +262,11 @@ func (r rangeResult) samples() int {
 
 // diffRanges compares want and got: the same series, each with a value
 // at the same timestamps, values within relTol of each other (relative
-// to the larger magnitude; 0 means equal). allowExtra, when not nil, may
-// excuse a point that only got has. It returns a description of the
-// first differences, or "" when they agree, and the largest relative
-// difference seen.
-func diffRanges(want, got rangeResult, relTol float64, allowExtra func(key string, ts int64, v float64) bool) (string, float64) {
+// to the larger magnitude of the two, or to scale[series] when that is
+// larger; 0 means equal). allowExtra, when not nil, may excuse a point
+// that only got has. It returns a description of the first differences,
+// or "" when they agree, and the largest relative difference seen.
+func diffRanges(want, got rangeResult, relTol float64, scale map[string]float64, allowExtra func(key string, ts int64, v float64) bool) (string, float64) {
 	var diffs []string
 	maxRel := 0.0
 	keys := map[string]bool{}
@@ -287,6 +300,9 @@ func diffRanges(want, got rangeResult, relTol float64, allowExtra func(key strin
 				continue
 			}
 			rel := relDiff(wv, gv)
+			if sc := scale[k]; rel > 0 && sc > math.Max(math.Abs(wv), math.Abs(gv)) {
+				rel = math.Abs(wv-gv) / sc
+			}
 			maxRel = math.Max(maxRel, rel)
 			if rel > relTol {
 				differ = append(differ, fmt.Sprintf("%s %v vs %v", model.Time(ts).Time().UTC().Format("15:04:05.000"), wv, gv))

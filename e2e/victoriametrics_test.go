@@ -35,8 +35,12 @@ type victoriaMetrics struct {
 // decimal (an int64 mantissa and a power of ten, lib/decimal) of 12 to 13
 // significant digits: cAdvisor's 33260.036330465 comes back as
 // 33260.03633046, a rule's 0.8686868686868687 as 0.868686868686
-// (measured: up to 1.0e-12 relative). Integral values (GPU gauges,
-// counts) come back exactly.
+// (measured: up to 1.0e-12 relative). The values of one stored block
+// share the power of ten, so the digits count from the block's largest
+// value: a recorded derivative's -1.4902551611848084e-09 came back as
+// -1.4902551e-09 beside larger values of its series. The raw comparison
+// is therefore relative to the series' largest magnitude over the run.
+// Integral values (GPU gauges, counts) come back exactly.
 const vmStorageRelTol = 1e-11
 
 // vmCounterRelTol is vmStorageRelTol for a rate: it subtracts two counter
@@ -195,6 +199,7 @@ remote_write:
     queue_config: {max_backoff: 5s}
 `, vmURL))
 	gs := serve(t, "", "--demo", "--config.file="+cfg)
+	started := time.Now()
 
 	// scrape_interval is the default 15s: the demo's, and the seed's.
 	const scrape = 15 * time.Second
@@ -261,6 +266,9 @@ remote_write:
 		{"the window", windowStart, windowEnd},
 		{"the outage", stoppedAt, restartedAt},
 	}
+	run, err := allSamples(ctx, gs.URL, `{__name__=~".+"}`, windowEnd, time.Since(started), nil)
+	require.NoError(t, err)
+	scale := run.magnitudes()
 	for _, w := range windows {
 		want, err := allSamples(ctx, gs.URL, `{__name__=~".+"}`, w.to, w.to.Sub(w.from), nil)
 		require.NoError(t, err)
@@ -278,12 +286,12 @@ remote_write:
 				return err
 			}
 			stale = dropNaN(got)
-			if diff, _ := diffRanges(want, got, vmStorageRelTol, nil); diff != "" {
+			if diff, _ := diffRanges(want, got, vmStorageRelTol, scale, nil); diff != "" {
 				return fmt.Errorf("%s: %s", w.name, diff)
 			}
 			return nil
 		})
-		_, maxRel := diffRanges(want, got, vmStorageRelTol, nil)
+		_, maxRel := diffRanges(want, got, vmStorageRelTol, scale, nil)
 		t.Logf("%s (%s to %s): %d series, %d samples in both, values equal to %.2g relative; left out: %d NaN samples only gpuscope has, %d staleness markers only VictoriaMetrics returns",
 			w.name, w.from.UTC().Format("15:04:05"), w.to.UTC().Format("15:04:05"), len(want), want.samples(), maxRel, nans, stale)
 	}
@@ -305,14 +313,14 @@ remote_write:
 		if q.mayBeEmpty == "" {
 			require.NotEmpty(t, want, "%s: gpuscope answers %s", q.name, q.promql)
 		}
-		diff, maxRel := diffRanges(want, got, tol, nil)
+		diff, maxRel := diffRanges(want, got, tol, nil, nil)
 		require.Empty(t, diff, "%s: gpuscope %s vs VictoriaMetrics %s", q.name, q.promql, mq)
 		t.Logf("%s: %d series, %d points equal (largest relative difference %.2g)", q.name, len(want), want.samples(), maxRel)
 		if q.metricsQL != "" {
 			// MetricsQL's own answer to the PromQL text, for the record.
 			native, err := queryRange(ctx, vmURL, q.promql, windowStart, windowEnd, step, external, false)
 			require.NoError(t, err, q.name)
-			_, maxRel := diffRanges(want, native, 0, nil)
+			_, maxRel := diffRanges(want, native, 0, nil, nil)
 			t.Logf("%s: MetricsQL's own %s differs by up to %.2g relative", q.name, q.promql, maxRel)
 		}
 	}
