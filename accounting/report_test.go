@@ -28,18 +28,37 @@ const packFile = "../query/pack/accounting.yml"
 // rule manager would, so that the report reads what gpuscope records.
 func evalAccounting(t *testing.T, st storage.Storage, engine *promql.Engine, start, end time.Time, interval time.Duration, extra ...rules.Rule) {
 	t.Helper()
+	var times []time.Time
+	for ts := start; !ts.After(end); ts = ts.Add(interval) {
+		times = append(times, ts)
+	}
+	evalPackGroup(t, st, engine, accountingGroup, interval, times, extra...)
+}
+
+// evalPackGroup evaluates the recording rules of the pack's group name
+// (its alerts have unit tests of their own in query/pack/tests) at each
+// of times, with the group's query offset, after any extra rules.
+func evalPackGroup(t *testing.T, st storage.Storage, engine *promql.Engine, name string, interval time.Duration, times []time.Time, extra ...rules.Rule) {
+	t.Helper()
 	p := parser.NewParser(parser.Options{})
 	rgs, errs := rulefmt.ParseFile(packFile, false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
 	require.Empty(t, errs)
-	var rs []rules.Rule
-	rs = append(rs, extra...)
+	rs := append([]rules.Rule(nil), extra...)
+	var offset *time.Duration
 	for _, g := range rgs.Groups {
-		if g.Name != accountingGroup {
+		if g.Name != name {
 			continue
+		}
+		if g.Interval != 0 {
+			require.Equal(t, model.Duration(interval), g.Interval, "the group's interval, which the report is told")
+		}
+		if g.QueryOffset != nil {
+			o := time.Duration(*g.QueryOffset)
+			offset = &o
 		}
 		for _, r := range g.Rules {
 			if r.Record == "" {
-				continue // its alerts (GPUHeldIdle, ...) have unit tests of their own in query/pack/tests
+				continue
 			}
 			expr, err := p.ParseExpr(r.Expr)
 			require.NoError(t, err)
@@ -49,7 +68,7 @@ func evalAccounting(t *testing.T, st storage.Storage, engine *promql.Engine, sta
 	require.NotEmpty(t, rs)
 	ctx := context.Background()
 	g := rules.NewGroup(rules.GroupOptions{
-		Name: accountingGroup, File: packFile, Interval: interval, Rules: rs,
+		Name: name, File: packFile, Interval: interval, Rules: rs, QueryOffset: offset,
 		Opts: &rules.ManagerOptions{
 			QueryFunc:    rules.EngineQueryFunc(engine, st),
 			AppendableV2: st,
@@ -58,7 +77,7 @@ func evalAccounting(t *testing.T, st storage.Storage, engine *promql.Engine, sta
 			Logger:       slog.New(slog.DiscardHandler),
 		},
 	})
-	for ts := start; !ts.After(end); ts = ts.Add(interval) {
+	for _, ts := range times {
 		g.Eval(ctx, ts)
 	}
 	for _, r := range g.Rules() {

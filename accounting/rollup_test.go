@@ -3,19 +3,13 @@ package accounting
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
-	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/stretchr/testify/require"
 )
@@ -25,43 +19,7 @@ import (
 // offset: what it records is stamped five minutes before each time.
 func evalRollup(t *testing.T, st storage.Storage, engine *promql.Engine, times ...time.Time) {
 	t.Helper()
-	p := parser.NewParser(parser.Options{})
-	rgs, errs := rulefmt.ParseFile(packFile, false, model.UTF8Validation, p, slog.New(slog.DiscardHandler))
-	require.Empty(t, errs)
-	var rs []rules.Rule
-	var offset *time.Duration
-	for _, g := range rgs.Groups {
-		if g.Name != rollupGroup {
-			continue
-		}
-		require.Equal(t, model.Duration(time.Hour), g.Interval, "the report is told the group's interval; this test assumes 1h")
-		require.NotNil(t, g.QueryOffset)
-		o := time.Duration(*g.QueryOffset)
-		offset = &o
-		for _, r := range g.Rules {
-			expr, err := p.ParseExpr(r.Expr)
-			require.NoError(t, err)
-			rs = append(rs, rules.NewRecordingRule(r.Record, expr, labels.EmptyLabels()))
-		}
-	}
-	require.NotEmpty(t, rs)
-	ctx := context.Background()
-	g := rules.NewGroup(rules.GroupOptions{
-		Name: rollupGroup, File: packFile, Interval: time.Hour, Rules: rs, QueryOffset: offset,
-		Opts: &rules.ManagerOptions{
-			QueryFunc:    rules.EngineQueryFunc(engine, st),
-			AppendableV2: st,
-			Queryable:    st,
-			Context:      ctx,
-			Logger:       slog.New(slog.DiscardHandler),
-		},
-	})
-	for _, ts := range times {
-		g.Eval(ctx, ts)
-	}
-	for _, r := range g.Rules() {
-		require.NoError(t, r.LastError(), "rule %s", r.Name())
-	}
+	evalPackGroup(t, st, engine, rollupGroup, time.Hour, times)
 }
 
 // steps is a promqltest series that is blank for `from` 15 s steps,
