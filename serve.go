@@ -385,6 +385,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		Overview: web.OverviewOptions{
 			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
 			Health:         a.healthChecks(),
+			GrafanaURL:     func() string { return a.config.Load().Web.GrafanaURL },
 		},
 	})
 	a.web.MountFederation(web.FederationOptions{

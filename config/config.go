@@ -92,6 +92,9 @@ type Web struct {
 	ExternalURL string `yaml:"external_url"`
 	// CORSOrigin is a regular expression of origins allowed to call the API.
 	CORSOrigin string `yaml:"cors_origin"`
+	// GrafanaURL is the Grafana that shows gpuscope's dashboards; the
+	// overview page links each dashboard there. Empty: no links.
+	GrafanaURL string `yaml:"grafana_url"`
 }
 
 // Validate checks the web section as serve uses it: an address net.Listen
@@ -114,6 +117,11 @@ func (w Web) Validate() error {
 	if raw := w.ExternalURL; raw != "" {
 		if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
 			return fmt.Errorf("web.external_url: %q is not an absolute URL (e.g. http://gpu-01:9089/)", raw)
+		}
+	}
+	if raw := w.GrafanaURL; raw != "" {
+		if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("web.grafana_url: %q is not an http or https URL (e.g. http://grafana.example:3000/)", raw)
 		}
 	}
 	// serve anchors the expression the same way.

@@ -290,6 +290,8 @@ func TestWebValidate(t *testing.T) {
 		{Web{ListenAddress: ":nosuchservice"}, `web.listen_address: ":nosuchservice" has no valid port (e.g. 0.0.0.0:9089 or :9089)`},
 		{Web{ListenAddress: "host:70000"}, `web.listen_address: port 70000 of "host:70000" is not between 0 and 65535`},
 		{Web{ExternalURL: "/gpuscope"}, `web.external_url: "/gpuscope" is not an absolute URL (e.g. http://gpu-01:9089/)`},
+		{Web{GrafanaURL: "grafana:3000"}, `web.grafana_url: "grafana:3000" is not an http or https URL (e.g. http://grafana.example:3000/)`},
+		{Web{GrafanaURL: "javascript:alert(1)"}, `web.grafana_url: "javascript:alert(1)" is not an http or https URL (e.g. http://grafana.example:3000/)`},
 	} {
 		require.EqualError(t, tc.web.Validate(), tc.want)
 	}

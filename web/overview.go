@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,6 +33,9 @@ type OverviewOptions struct {
 	QueryTimeout time.Duration
 	// Health runs the checks of the Health block; nil: no block.
 	Health func(ctx context.Context) []HealthCheck
+	// GrafanaURL returns the configured Grafana (web.grafana_url); the
+	// page links each dashboard to <GrafanaURL>/d/<uid>. Nil or "": none.
+	GrafanaURL func() string
 	// Local is, for `gpuscope agent` (no TSDB, no API), the GPU
 	// collector's gatherer: the page shows its current values, with
 	// instance set to Node.
@@ -151,7 +155,7 @@ type targetView struct {
 	Scraped                   bool
 }
 
-type dashboardLink struct{ UID, Title string }
+type dashboardLink struct{ UID, Title, Grafana string }
 
 // fieldDoc tells a reader (and the browser test) which query each
 // data-field's data-value comes from.
@@ -187,8 +191,16 @@ func (h *Handler) overview(c echo.Context) error {
 		p.Lines = h.opts.Status()
 	}
 	if h.dashboards != nil {
+		var grafana string
+		if o.GrafanaURL != nil {
+			grafana = strings.TrimSuffix(o.GrafanaURL(), "/")
+		}
 		for _, d := range h.dashboards.List() {
-			p.Dashboards = append(p.Dashboards, dashboardLink{UID: d.UID, Title: d.Title})
+			l := dashboardLink{UID: d.UID, Title: d.Title}
+			if grafana != "" {
+				l.Grafana = grafana + "/d/" + url.PathEscape(d.UID)
+			}
+			p.Dashboards = append(p.Dashboards, l)
 		}
 	}
 	if o.Health != nil { // bounded as a query is: the checks dial nodes

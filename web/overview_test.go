@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/dashboards"
 )
 
 // overviewLoad is an hour of two nodes at 15 s: node-a has a whole GPU
@@ -445,4 +447,26 @@ func TestSparkPath(t *testing.T) {
 			require.Equal(t, tc.want, sparkPath(tc.ps, end))
 		})
 	}
+}
+
+// TestOverviewGrafanaLinks: with web.grafana_url set, each built-in
+// dashboard links to it by its uid (and still offers its JSON); without,
+// only the JSON downloads.
+func TestOverviewGrafanaLinks(t *testing.T) {
+	set, err := dashboards.Build()
+	require.NoError(t, err)
+	f := newOverview(t, overviewLoad, nil, OverviewOptions{GrafanaURL: func() string { return "https://grafana.example:3000/" }})
+	f.h.MountDashboards(set)
+	_, body := get(t, f.srv.URL+"/")
+	require.NotEmpty(t, set.List())
+	for _, d := range set.List() {
+		require.Contains(t, body, `<a class="grafana" href="https://grafana.example:3000/d/`+d.UID+`">`, d.UID)
+		require.Contains(t, body, `href="api/dashboards/`+d.UID+`" download="`+d.UID+`.json">JSON</a>`, d.UID)
+	}
+
+	f = newOverview(t, overviewLoad, nil, OverviewOptions{GrafanaURL: func() string { return "" }})
+	f.h.MountDashboards(set)
+	_, body = get(t, f.srv.URL+"/")
+	require.NotContains(t, body, `class="grafana"`, "no Grafana configured: no links to one")
+	require.Contains(t, body, `href="api/dashboards/`+set.List()[0].UID+`" download=`)
 }
