@@ -17,8 +17,13 @@ import (
 // cpuBurner is a busy process in a CPU-limited cgroup, the sim's stand-in
 // for the data-loading container that starves an input-bound GPU.
 type cpuBurner struct {
-	cmd      *exec.Cmd
-	created  []string // cgroup directories created here, in creation order
+	cmd     *exec.Cmd
+	created []string // cgroup directories created here, in creation order
+	// joined are the directories on its path under a /gpuscope-* cgroup
+	// that another gpuscope (a second demo) had created: removed too if
+	// that one has stopped first, so that the last one out leaves
+	// nothing behind.
+	joined   []string
 	done     chan struct{}
 	stopOnce sync.Once
 	stopErr  error
@@ -189,7 +194,13 @@ func (b *cpuBurner) mkdirs(base, dir string) error {
 		p = filepath.Join(p, elem)
 		if err := os.Mkdir(p, 0o755); err == nil {
 			b.created = append(b.created, p)
-		} else if !errors.Is(err, os.ErrExist) {
+		} else if errors.Is(err, os.ErrExist) {
+			// Only gpuscope's own (/gpuscope-demo, ...): an empty
+			// /docker of a stopped dockerd is not ours to remove.
+			if strings.HasPrefix(rel, "gpuscope-") {
+				b.joined = append(b.joined, p)
+			}
+		} else {
 			return fmt.Errorf("create cgroup %s: %w", p, err)
 		}
 	}
@@ -216,6 +227,18 @@ func (b *cpuBurner) removeCgroups() error {
 		}
 	}
 	b.created = nil
+	// Those another process created: gone once it has stopped and none
+	// of its processes (nor ours, being reaped) is left; busy while it
+	// runs, which is its to clean up then. Deepest first, quietly.
+	for i := len(b.joined) - 1; i >= 0; i-- {
+		for try := 0; try < 10; try++ {
+			if err := os.Remove(b.joined[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	b.joined = nil
 	return errors.Join(errs...)
 }
 

@@ -171,3 +171,33 @@ func cgroupCPUUsage(t *testing.T, id string) time.Duration {
 	require.NoError(t, err)
 	return time.Duration(ns)
 }
+
+// TestCPUBurnersShareACgroup: two gpuscopes burning in the same
+// container (two demos) leave nothing behind whichever stops first: the
+// one that created the cgroups cannot remove them while the other's
+// burner is in them, so the last one out does.
+func TestCPUBurnersShareACgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	id := fmt.Sprintf("/gpuscope-test-shared-%d/input-bound", os.Getpid())
+	o := burnerOptions{root: cgroupRoot, id: id, cores: 0.1, controllers: []string{"cpu", "cpuacct"}, logger: slog.New(slog.DiscardHandler)}
+	first, err := startCPUBurner(bg, o)
+	if err != nil {
+		t.Skipf("the kernel refused the cgroup: %v", err)
+	}
+	second, err := startCPUBurner(bg, o)
+	require.NoError(t, err)
+	require.Empty(t, second.created, "the first created them")
+	require.NotEmpty(t, second.joined)
+
+	require.Error(t, first.stop(), "busy: the second burner is in it")
+	dir := v1Hierarchy(cgroupRoot, "cpu")
+	_, err = os.Stat(filepath.Join(dir, id))
+	require.NoError(t, err, "still there for the second")
+	require.NoError(t, second.stop())
+	for _, h := range []string{"cpu", "cpuacct"} {
+		_, err = os.Stat(filepath.Join(v1Hierarchy(cgroupRoot, h), filepath.Dir(id)))
+		require.ErrorIs(t, err, os.ErrNotExist, "the last one out removed them from %s", h)
+	}
+}
