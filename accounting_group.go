@@ -13,8 +13,14 @@ const accountingGroupName = "gpuscope.accounting"
 // accountingGroup is the built-in accounting group as the rule manager
 // runs it now; absent when rules.builtin disables it.
 func (a *appliance) accountingGroup() (*rules.Group, bool) {
+	return a.runningGroup(accountingGroupName)
+}
+
+// runningGroup is the rule group named name as the rule manager runs it
+// now, after reloads and rules.builtin's filters.
+func (a *appliance) runningGroup(name string) (*rules.Group, bool) {
 	for _, g := range a.rules.Manager().RuleGroups() {
-		if g.Name() == accountingGroupName {
+		if g.Name() == name {
 			return g, true
 		}
 	}
@@ -38,10 +44,8 @@ const accountingRollupGroupName = "gpuscope.accounting.hourly"
 // accountingRollupInterval is the hourly group's interval as it runs now,
 // 0 when rules.builtin disables it (the report then reads every minute).
 func (a *appliance) accountingRollupInterval() time.Duration {
-	for _, g := range a.rules.Manager().RuleGroups() {
-		if g.Name() == accountingRollupGroupName {
-			return g.Interval()
-		}
+	if g, ok := a.runningGroup(accountingRollupGroupName); ok {
+		return g.Interval()
 	}
 	return 0
 }
