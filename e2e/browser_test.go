@@ -266,7 +266,7 @@ func compareCards(t *testing.T, p *process, page overviewPage, count int) []stri
 		sel := fmt.Sprintf("instance=%q, gpu=%q, UUID=%q", c.Instance, c.GPU, c.UUID)
 		for _, fq := range overviewFieldQueries {
 			got, q := c.Fields[fq.field], fmt.Sprintf(fq.query, sel)
-			res, err := instantAt(p, q, page.EvalTime)
+			res, err := p.queryAt(q, page.EvalTime)
 			require.NoError(t, err)
 			var want string
 			switch {
@@ -309,9 +309,9 @@ func compareCards(t *testing.T, p *process, page overviewPage, count int) []stri
 // SM share against the API.
 func compareWorkloads(t *testing.T, p *process, ts time.Time, c overviewCard, sel string) []string {
 	t.Helper()
-	mem, err := instantAt(p, fmt.Sprintf(`sum by (workload) (gpuscope_gpu_container_memory_used_bytes{%s})`, sel), ts)
+	mem, err := p.queryAt(fmt.Sprintf(`sum by (workload) (gpuscope_gpu_container_memory_used_bytes{%s})`, sel), ts)
 	require.NoError(t, err)
-	sm, err := instantAt(p, fmt.Sprintf(`sum by (workload) (gpuscope_gpu_container_sm_utilization_percent{%s})`, sel), ts)
+	sm, err := p.queryAt(fmt.Sprintf(`sum by (workload) (gpuscope_gpu_container_sm_utilization_percent{%s})`, sel), ts)
 	require.NoError(t, err)
 	want := map[string]map[string]float64{}
 	for field, v := range map[string]model.Vector{"workload-memory": mem, "workload-sm": sm} {
@@ -354,21 +354,6 @@ func sameValue(a, b float64) bool {
 		return math.IsNaN(a) && math.IsNaN(b)
 	}
 	return a == b || math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
-}
-
-// instantAt runs an instant query at ts.
-func instantAt(p *process, q string, ts time.Time) (model.Vector, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	v, _, _, err := p.api().Query(ctx, q, ts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", q, err)
-	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("%s: result is %s, not a vector", q, v.Type())
-	}
-	return vec, nil
 }
 
 // errorPage are texts of error pages: the server's (echo's JSON 404,

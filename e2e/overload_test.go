@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -145,7 +143,7 @@ func testOverload(t *testing.T, flags []string, allowed map[int]string, want int
 	w := int(math.Ceil(end.Sub(start).Seconds()))
 	at := start.Add(time.Duration(w) * time.Second)
 	time.Sleep(time.Until(at.Add(2 * time.Second)))
-	v, err := p.instantAt(fmt.Sprintf(`max_over_time(scrape_duration_seconds[%ds])`, w), at)
+	v, err := p.queryAt(fmt.Sprintf(`max_over_time(scrape_duration_seconds[%ds])`, w), at)
 	require.NoError(t, err)
 	t.Logf("longest scrape of each job during the storm: %s", strings.ReplaceAll(v.String(), "\n", ", "))
 	for _, c := range []struct {
@@ -155,14 +153,14 @@ func testOverload(t *testing.T, flags []string, allowed map[int]string, want int
 		{fmt.Sprintf(`count_over_time(up[%ds])`, w), 3},
 		{fmt.Sprintf(`count_over_time(DCGM_FI_DEV_GPU_UTIL[%ds])`, w), 8},
 	} {
-		v, err := p.instantAt(c.query, at)
+		v, err := p.queryAt(c.query, at)
 		require.NoError(t, err)
 		require.Len(t, v, c.n, "%s: %v", c.query, v)
 		for _, s := range v {
 			require.InDelta(t, w, float64(s.Value), 1, "%s: samples in the %d s of the storm: %v", c.query, w, v)
 		}
 	}
-	v, err = p.instantAt(fmt.Sprintf(`min_over_time(up[%ds])`, w), at)
+	v, err = p.queryAt(fmt.Sprintf(`min_over_time(up[%ds])`, w), at)
 	require.NoError(t, err)
 	require.Len(t, v, 3)
 	for _, s := range v {
@@ -183,21 +181,6 @@ func testOverload(t *testing.T, flags []string, allowed map[int]string, want int
 	require.Zero(t, st.oomKills, "OOM kills in %s", cg.dir)
 	require.False(t, st.underOOM, "%s under OOM", cg.dir)
 	require.LessOrEqual(t, st.peak, uint64(overloadMemoryLimit))
-}
-
-// instantAt runs an instant query at ts.
-func (p *process) instantAt(q string, ts time.Time) (model.Vector, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	v, _, _, err := p.api().Query(ctx, q, ts)
-	if err != nil {
-		return nil, err
-	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("%s: result is %s, not a vector", q, v.Type())
-	}
-	return vec, nil
 }
 
 // queryResult is one answer of the storm.
