@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A small cluster on one machine: N `gpuscope agent`s (8 simulated GPUs
 # each, with processes in containers) and one `gpuscope serve` scraping them
-# through its nodes: section at the default 15 s.
+# through its nodes: section at the default 15 s, with the built-in rules on
+# and the four built-in dashboards loaded every minute.
 #
 #   bench/cluster.sh [minutes=10] [nodes=16]
+#   NODES_STEPS="64 96 128" bench/cluster.sh [minutes=10]
 #
 # After a warm-up (series created, cAdvisor's first housekeeping done) it
 # measures over the window: the appliance's CPU (utime+stime from
@@ -13,17 +15,79 @@
 # heap per active series, in total and over a node-less appliance; and the
 # same CPU/RSS figures for the agents (median, min and max over the N).
 #
+# During the window bench/dashload opens each of the appliance's four
+# dashboards once a minute as Grafana would (variables on All, every
+# panel's query over the last DASH_RANGE=24h at Grafana's step, six in
+# flight) and the script prints each dashboard's median and maximum load.
+# At the end it reads every target's `up` samples over the window from the
+# appliance and counts the missed scrapes (a gap of more than one interval,
+# a missing first or last scrape, or up == 0), and gives the slowest scrape
+# and the longest interval between two scrapes.
+# The load average is printed at the start and at the end of the window.
+#
+# With NODES_STEPS the whole measurement runs once per node count, in the
+# order given, each on fresh processes, and stops at the first count where
+# the appliance breaks: a scrape missed or a dashboard load over
+# BREAK_MS=1000 ms. The last line says where.
+#
 # Every agent runs its own in-process cAdvisor on this one host, so all of
 # them see the same cgroups: right for load (each does a real node's
 # work), but their container series are copies of each other's.
 # The appliance runs with its own collectors off (--gpu.backend=none,
-# cadvisor disabled) so its figures are the cost of the nodes alone.
+# cadvisor disabled) so its figures are the cost of the nodes alone; its
+# built-in rules are on (checked through /api/v1/rules). A fresh
+# appliance has only the window's data: a 24 h range reads what exists,
+# so loads reach their full cost only in a run of 24 h or more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+usage() {
+  echo "usage: bench/cluster.sh [minutes=10] [nodes=16]" >&2
+  echo "       NODES_STEPS=\"64 96 128\" bench/cluster.sh [minutes=10]" >&2
+  echo "bench/cluster.sh: $1" >&2
+  exit 2
+}
+posint() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+(($# <= 2)) || usage "at most two arguments, got $#"
 minutes=${1:-10}
-nodes=${2:-16}
+posint "$minutes" || usage "minutes must be a whole number above 0, got '$minutes'"
+break_ms=${BREAK_MS:-1000}
+posint "$break_ms" || usage "BREAK_MS must be a whole number of milliseconds above 0, got '$break_ms'"
+dash_range=${DASH_RANGE:-24h}
+[[ "$dash_range" =~ ^[1-9][0-9]*(s|m|h)$ ]] || usage "DASH_RANGE must be like 24h, 90m or 600s, got '$dash_range'"
+steps=${NODES_STEPS:-}
+if [[ -n "$steps" ]]; then
+  (($# <= 1)) || usage "give the node counts either in NODES_STEPS or as the second argument, not both"
+  for n in $steps; do
+    { posint "$n" && ((n <= 512)); } || usage "NODES_STEPS: each count must be a whole number from 1 to 512, got '$n'"
+  done
+else
+  nodes=${2:-16}
+  { posint "$nodes" && ((nodes <= 512)); } || usage "nodes must be a whole number from 1 to 512, got '$nodes'"
+fi
 
 source bench/lib.sh
+dashload=${DASHLOAD_BIN:-}
+if [[ -z "$dashload" ]]; then
+  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/dashload" ./bench/dashload
+  dashload="$work/dashload"
+fi
+
+if [[ -n "$steps" ]]; then
+  # One child per count, each with its own processes and work directory
+  # (cleaned up by its own exit trap), sharing the binaries built here.
+  for n in $steps; do
+    echo "=== nodes=$n"
+    NODES_STEPS='' GPUSCOPE_BIN="$bin" DASHLOAD_BIN="$dashload" bench/cluster.sh "$minutes" "$n" | tee "$work/step-$n"
+    if verdict=$(grep '^verdict: ' "$work/step-$n") && [[ "$verdict" == *broken=yes* ]]; then
+      echo "breaks at nodes=$n: ${verdict#*reason=}"
+      exit 0
+    fi
+    [[ -n "${verdict:-}" ]] || { echo "nodes=$n: the run gave no verdict" >&2; exit 1; }
+  done
+  echo "held at every step: $steps"
+  exit 0
+fi
 
 cat >"$work/agent.yml" <<'EOF'
 global:
@@ -60,6 +124,7 @@ global:
   scrape_interval: 15s
 cadvisor: {enabled: false}
 gpu: {backend: none}
+rules: {builtin: {enabled: true}}
 nodes:
   static:
 $static
@@ -79,10 +144,11 @@ bport=$(freeport)
 bpid=$!; pids+=($bpid)
 ready "$bport"
 
+# query EXPR [PORT] [TIME]: the first value of an instant query, 0 if empty.
 query() {
   local out
   for _ in 1 2 3; do
-    out=$(curl -sS "http://127.0.0.1:${2:-$port}/api/v1/query" --data-urlencode "query=$1") && break
+    out=$(curl -sS "http://127.0.0.1:${2:-$port}/api/v1/query" --data-urlencode "query=$1" ${3:+--data-urlencode "time=$3"}) && break
     sleep 1
   done
   if [[ "$out" != *'"status":"success"'* ]]; then
@@ -98,14 +164,32 @@ query() {
 sleep 45
 up=$(query 'sum(up{job=~"node-.*"})')
 echo "nodes=$nodes targets_up=$up (want $((3 * nodes)))"
+read -r groups rules < <(curl -sS "http://127.0.0.1:$port/api/v1/rules" | python3 -c '
+import json, sys
+g = json.load(sys.stdin)["data"]["groups"]
+print(len(g), sum(len(x["rules"]) for x in g))')
+echo "rules: groups=$groups rules=$rules"
+if ((groups == 0)); then
+  echo "the appliance evaluates no rules: the built-in pack should be on" >&2
+  exit 1
+fi
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 declare -A c0
 for p in "$pid" "${agent_pids[@]}"; do c0[$p]=$(cpu "$p"); done
 t0=$(date +%s.%N)
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
+# One round of the four dashboards a minute, the last a minute before the
+# window's end.
+"$dashload" -url "http://127.0.0.1:$port" -range "$dash_range" -every 1m -for $((minutes * 60 - 30))s \
+  >"$work/dashload.out" 2>"$work/dashload.err" &
+dpid=$!; pids+=("$dpid")
 sleep $((minutes * 60))
 t1=$(date +%s.%N)
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+dash_ok=yes
+wait "$dpid" || dash_ok=no
 wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
 
 kb() { awk -v k="$2:" '$1==k{print $2}' "/proc/$1/status"; }
@@ -133,3 +217,68 @@ read -r am _ _ < <(cut -d' ' -f3 "$work/agents" | median)
 awk -v n="$nodes" -v hz="$ticks" -v wall="$wall" -v cm="$cm" -v cmin="$cmin" -v cmax="$cmax" -v rm="$rm" -v rmin="$rmin" -v rmax="$rmax" -v am="$am" 'BEGIN{
   printf "agent (median of %d): cpu=%.1fs core%%=%.2f (min %.2f, max %.2f) rss=%.0fMB (min %.0f, max %.0f; anon %.0fMB)\n",
     n, cm/hz, 100*cm/hz/wall, 100*cmin/hz/wall, 100*cmax/hz/wall, rm/1024, rmin/1024, rmax/1024, am/1024 }'
+
+# Dashboard loads: median and maximum per dashboard over the window.
+if [[ $dash_ok == yes ]]; then
+  sed -n 's/^dashboard=/dashboard: /p' "$work/dashload.out"
+else
+  echo "dashboard loads failed:" >&2
+  tail -5 "$work/dashload.err" >&2
+fi
+dash_max=$(awk -F'max_ms=' '/^dashboard=/{if ($2+0 > m) m = $2+0} END{print m+0}' "$work/dashload.out")
+
+# Missed scrapes: every target's up samples over the window, read at its
+# end once the last scrapes are in. A target scraped every 15 s has one
+# sample in each 15 s of the window; a gap of k intervals is k-1 missed
+# scrapes, a first sample more than an interval after the start or a last
+# one more than an interval before the end is one more, and so is up == 0.
+sleep 20
+end=$(awk -v t="$t1" 'BEGIN{printf "%.3f", t}')
+W=$((minutes * 60))
+curl -sS "http://127.0.0.1:$port/api/v1/query" --data-urlencode "query=up[${W}s]" --data-urlencode "time=$end" >"$work/up.json"
+read -r targets missed down maxgap worst < <(python3 - "$work/up.json" "$end" "$W" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))["data"]["result"]
+end, w, iv, tol = float(sys.argv[2]), float(sys.argv[3]), 15.0, 0.5
+missed = down = 0
+maxgap, worst = 0.0, "-"
+for s in r:
+    ts = [float(t) for t, _ in s["values"]]
+    down += sum(1 for _, v in s["values"] if float(v) == 0)
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    m = sum(max(0, round(g / iv) - 1) for g in gaps)
+    m += max(0, math.ceil((ts[0] - (end - w) - tol) / iv) - 1)
+    m += max(0, math.floor((end - ts[-1] - tol) / iv))
+    missed += m
+    for g in gaps:
+        if g > maxgap:
+            maxgap, worst = g, s["metric"].get("job", "") + "/" + s["metric"].get("instance", "")
+print(len(r), missed, down, maxgap, worst)
+PY
+)
+slowest=$(query 'max(max_over_time(scrape_duration_seconds['"$W"'s]))' "$port" "$end")
+slowest_at=$(curl -sS "http://127.0.0.1:$port/api/v1/query" --data-urlencode 'query=topk(1, max_over_time(scrape_duration_seconds['"$W"'s]))' --data-urlencode "time=$end" |
+  python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["metric"].get("job","")+"/"+r[0]["metric"].get("instance","") if r else "-")')
+p99=$(query 'max(prometheus_target_interval_length_seconds{quantile="0.99"})' "$port" "$end")
+awk -v t="$targets" -v want="$((3 * nodes + 1))" -v m="$missed" -v d="$down" -v g="$maxgap" -v gw="$worst" -v sl="$slowest" -v sw="$slowest_at" -v p99="$p99" 'BEGIN{
+  printf "scrapes: targets=%d (want %d) missed=%d of which up==0 %d; longest interval %.2fs (%s); slowest scrape %.3fs (%s); interval p99 (max over intervals) %.3fs\n",
+    t, want, m + d, d, g, gw, sl, sw, p99 }'
+
+# Goals of issue 18 and the verdict the NODES_STEPS mode reads.
+cpu_pct=$(awk -v c0="${c0[$pid]}" -v c1="$(cpu "$pid")" -v hz="$ticks" -v wall="$wall" 'BEGIN{printf "%.2f", 100*(c1-c0)/hz/wall}')
+rss_kb=$(kb "$pid" VmHWM)
+goal() { if "$@"; then echo ok; else echo MISSED; fi; }
+echo "goals: cpu<25% $(goal awk -v c="$cpu_pct" 'BEGIN{exit !(c < 25)}')" \
+  "peak_rss<1GiB $(goal test "$rss_kb" -lt 1048576)" \
+  "no_missed_scrape $(goal test $((missed + down)) -eq 0 -a "$targets" -eq $((3 * nodes + 1)))" \
+  "dashboards<300ms $(goal test "$dash_ok" = yes -a "$dash_max" -lt 300)"
+reason=()
+((missed + down == 0)) || reason+=("$((missed + down)) scrapes missed")
+((targets == 3 * nodes + 1)) || reason+=("$targets targets of $((3 * nodes + 1))")
+[[ $dash_ok == yes ]] || reason+=("a dashboard load failed")
+((dash_max <= break_ms)) || reason+=("a dashboard load took ${dash_max} ms")
+if ((${#reason[@]})); then
+  echo "verdict: nodes=$nodes broken=yes reason=$(IFS=';'; echo "${reason[*]}")"
+else
+  echo "verdict: nodes=$nodes broken=no reason=-"
+fi
