@@ -17,9 +17,11 @@
 # its own module, github.com/google/cadvisor/cmd, which the module proxy
 # does not serve (it has no tags of its own) and whose go.mod replaces the
 # library by ../ (so `go install …/cmd/cadvisor@v0.60.6` is refused); the
-# script takes cmd/ at CADVISOR_REF (default: the tag of go.mod's version)
-# and builds it against github.com/google/cadvisor and …/lib at go.mod's
-# versions from the module cache, the code gpuscope runs.
+# script takes cmd/ at CADVISOR_REF (default: the tag of go.mod's version,
+# else the clone's newest tag of that minor version) and builds it against
+# github.com/google/cadvisor and …/lib at go.mod's versions from the module
+# cache, the code gpuscope runs (bench/lib.sh cadvisor_build; cached under
+# ~/.cache/gpuscope-bench).
 #
 # Both sides: housekeeping 15 s (dynamic, at most 60 s), the same metric
 # sets off (scrape/cadvisor/config.go DefaultDisabledMetrics), no
@@ -82,21 +84,7 @@ trap 'exit 130' INT TERM HUP
 # nap SECONDS: a sleep that a signal interrupts at once.
 nap() { sleep "$1" & wait $!; }
 
-cver=$(go list -m -f '{{.Version}}' github.com/google/cadvisor)
-if [[ -z "$cadvisor_bin" ]]; then
-  ref=${CADVISOR_REF:-$cver}
-  mkdir -p "$work/cadvisor-src"
-  git -C "$CADVISOR_SRC" archive "$ref" cmd | tar -x -C "$work/cadvisor-src" ||
-    { echo "containers: no cmd/ at $ref in $CADVISOR_SRC (set CADVISOR_REF to a tag it has)" >&2; exit 1; }
-  go mod download github.com/google/cadvisor github.com/google/cadvisor/lib
-  root=$(go list -m -f '{{.Dir}}' github.com/google/cadvisor)
-  lib=$(go list -m -f '{{.Dir}}' github.com/google/cadvisor/lib)
-  echo "containers: building cAdvisor's cmd/ at $ref against github.com/google/cadvisor{,/lib} $cver" >&2
-  (cd "$work/cadvisor-src/cmd" &&
-    go mod edit -replace "github.com/google/cadvisor=$root" -replace "github.com/google/cadvisor/lib=$lib" &&
-    CGO_CFLAGS="-Wno-deprecated-declarations" GOFLAGS="-mod=mod -buildvcs=false" go build -o "$work/cadvisor" .)
-  cadvisor_bin=$work/cadvisor
-fi
+cadvisor_build
 
 # The containers: a cgroup in each controller and a process in it.
 for ctl in "${ctls[@]}"; do mkdir "/sys/fs/cgroup/$ctl/$base"; done
