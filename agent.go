@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/gpuscope/gpuscope/web"
 )
 
@@ -111,7 +112,7 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 		WebConfigFile: f.webConfigFile,
 		// The agent takes no request bodies.
 		MaxRequestBodyBytes: 1 << 20,
-		Gatherer:            reg,
+		Gatherer:            families.Gatherer(reg, a.cfg.SelfMetrics.Families.Keep),
 		Registerer:          reg,
 		API:                 nil,
 		Status:              a.statusLines,

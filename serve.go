@@ -40,6 +40,7 @@ import (
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
+	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/gpuscope/gpuscope/storage"
 	"github.com/gpuscope/gpuscope/web"
 )
@@ -349,8 +350,12 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		WebConfigFile:       f.webConfigFile,
 		MaxRequestBodyBytes: int64(f.maxBodyBytes),
 		EnableLifecycle:     f.enableLifecycle,
-		Gatherer:            a.registry,
-		Registerer:          a.registry,
+		// The series diet: /metrics, and so the built-in gpuscope job,
+		// has the families self_metrics: turns on, as of the last reload.
+		Gatherer: families.Gatherer(a.registry, func(name string) bool {
+			return a.config.Load().SelfMetrics.Families.Keep(name)
+		}),
+		Registerer: a.registry,
 		API: &web.APIOptions{
 			QueryEngine:   a.engine,
 			Queryable:     a.fanout,

@@ -31,6 +31,7 @@ import (
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
+	"github.com/gpuscope/gpuscope/scrape/families"
 )
 
 // DefaultScrapeInterval is the source document's interval: fine enough to
@@ -63,6 +64,9 @@ type Config struct {
 	Rules query.RulesConfig
 	// Accounting prices the run report's energy.
 	Accounting accounting.Config
+	// SelfMetrics says which of the process's own families /metrics
+	// exposes, and so which the built-in gpuscope job stores.
+	SelfMetrics SelfMetrics
 
 	// File is the path the config came from; empty for the embedded default.
 	File string
@@ -133,12 +137,20 @@ func (w Web) Validate() error {
 
 // own is the part of the file that belongs to gpuscope.
 type own struct {
-	Cadvisor   cadvisor.Config   `yaml:"cadvisor"`
-	GPU        gpu.Config        `yaml:"gpu"`
-	Web        Web               `yaml:"web"`
-	Nodes      scrape.Nodes      `yaml:"nodes"`
-	Rules      query.RulesConfig `yaml:"rules"`
-	Accounting accounting.Config `yaml:"accounting"`
+	Cadvisor    cadvisor.Config   `yaml:"cadvisor"`
+	GPU         gpu.Config        `yaml:"gpu"`
+	Web         Web               `yaml:"web"`
+	Nodes       scrape.Nodes      `yaml:"nodes"`
+	Rules       query.RulesConfig `yaml:"rules"`
+	Accounting  accounting.Config `yaml:"accounting"`
+	SelfMetrics SelfMetrics       `yaml:"self_metrics"`
+}
+
+// SelfMetrics is the `self_metrics:` section.
+type SelfMetrics struct {
+	// Families turns groups of the process's own metric families on; all
+	// are off by default (the series diet, README "What is stored").
+	Families families.Self `yaml:"families"`
 }
 
 func defaultOwn() own {
@@ -266,15 +278,16 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 	}
 
 	return &Config{
-		Prometheus: promCfg,
-		Cadvisor:   o.Cadvisor,
-		GPU:        o.GPU,
-		Web:        o.Web,
-		Nodes:      o.Nodes,
-		Rules:      o.Rules,
-		Accounting: o.Accounting,
-		File:       file,
-		root:       parts.root,
+		Prometheus:  promCfg,
+		Cadvisor:    o.Cadvisor,
+		GPU:         o.GPU,
+		Web:         o.Web,
+		Nodes:       o.Nodes,
+		Rules:       o.Rules,
+		Accounting:  o.Accounting,
+		SelfMetrics: o.SelfMetrics,
+		File:        file,
+		root:        parts.root,
 	}, parts.root, nil
 }
 

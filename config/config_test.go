@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 )
@@ -120,11 +121,14 @@ func TestLoadErrors(t *testing.T) {
 		{"label value given a list", "global: {external_labels: {a: [1]}}\n", `test.yml:1: global.external_labels.a: a list is not a string`},
 
 		// Unknown keys, with the key meant.
-		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, storage, tracing, web)"},
+		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web)"},
 		{"misspelt section", "scrape_config: []\n", "test.yml:1: scrape_config: unknown key (did you mean scrape_configs?)"},
 		{"unknown key in cadvisor", "global: {}\ncadvisor:\n  enabled: true\n  housekeeping: 1s\n", "test.yml:4: cadvisor.housekeeping: unknown key (did you mean housekeeping_interval?)"},
 		{"unknown key in gpu", "gpu:\n  backend: auto\n\n\n  famlies: {}\n", "test.yml:5: gpu.famlies: unknown key (did you mean families?)"},
 		{"unknown key in gpu.families", "gpu:\n  families:\n    ec: true\n", "test.yml:3: gpu.families.ec: unknown key (did you mean ecc?)"},
+		{"unknown key in cadvisor.families", "cadvisor:\n  families:\n    memory_detial: true\n", "test.yml:3: cadvisor.families.memory_detial: unknown key (did you mean memory_detail?)"},
+		{"bool in self_metrics.families", "self_metrics:\n  families:\n    go_runtime: yes please\n", `test.yml:3: self_metrics.families.go_runtime: "yes please" is not a boolean (true or false)`},
+		{"unknown key in self_metrics", "self_metrics:\n  familes: {}\n", "test.yml:2: self_metrics.familes: unknown key (did you mean families?)"},
 		{"unknown key in gpu.sim", "gpu:\n  sim:\n    cout: 2\n", "test.yml:3: gpu.sim.cout: unknown key (did you mean count?)"},
 		{"unknown key in a sim GPU", "gpu:\n  sim:\n    gpus:\n      - scenaro: leak\n", "test.yml:4: gpu.sim.gpus[0].scenaro: unknown key (did you mean scenario?)"},
 		{"unknown key in web", "web:\n  listen_adress: :1\n", "test.yml:2: web.listen_adress: unknown key (did you mean listen_address?)"},
@@ -305,8 +309,16 @@ func TestValidFilesWalkClean(t *testing.T) {
 	require.NoError(t, err)
 	for name, data := range map[string][]byte{"full.yml": full, "gpuscope.yml": DefaultFile()} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Load(data, name, nil)
+			c, err := Load(data, name, nil)
 			require.NoError(t, err)
+			if name == "full.yml" {
+				require.Equal(t, families.Cadvisor{MemoryDetail: true, CPUDetail: true, PressureDetail: true, SpecDetail: true}, c.Cadvisor.Families)
+				require.Equal(t, families.Self{GoRuntime: true, TSDBDetail: true, RuleDetail: true}, c.SelfMetrics.Families)
+			} else {
+				// The embedded defaults keep every group off: the diet.
+				require.Zero(t, c.Cadvisor.Families)
+				require.Zero(t, c.SelfMetrics.Families)
+			}
 			p, err := split(data)
 			require.NoError(t, err)
 			s := walkFile(p.root)

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
 
+	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/gpuscope/gpuscope/workload"
 )
 
@@ -259,7 +260,7 @@ func (c *Collector) newManager(ctx context.Context) (manager.Manager, error) {
 // has started the manager waits for it as long as the scrape's context
 // allows, then gets 503 with the reason.
 func (c *Collector) Handler() http.Handler {
-	metricsHandler := promhttp.HandlerFor(c.registry, promhttp.HandlerOpts{
+	metricsHandler := promhttp.HandlerFor(c.Gatherer(), promhttp.HandlerOpts{
 		// A container that fails to report must not fail the whole scrape;
 		// cAdvisor counts such failures in container_scrape_error.
 		ErrorHandling: promhttp.ContinueOnError,
@@ -279,9 +280,12 @@ func (c *Collector) Handler() http.Handler {
 	})
 }
 
-// Gatherer exposes the registry for tests and benchmarks; it gathers
-// nothing until Run has started cAdvisor.
-func (c *Collector) Gatherer() prometheus.Gatherer { return c.registry }
+// Gatherer gathers what Handler serves: cAdvisor's families less those the
+// config's families: groups leave out. It gathers nothing until Run has
+// started cAdvisor.
+func (c *Collector) Gatherer() prometheus.Gatherer {
+	return families.Gatherer(c.registry, c.config.Families.Keep)
+}
 
 // Lookup returns what cAdvisor knows of a container by its id (its cgroup
 // path): the name (its first alias), image, labels and runtime that its

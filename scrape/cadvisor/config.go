@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/cadvisor/lib/container"
+	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/prometheus/common/model"
 )
 
@@ -44,6 +45,10 @@ type Config struct {
 	// ContainerLabelAllowlist names container labels exported when
 	// StoreContainerLabels is off.
 	ContainerLabelAllowlist []string `yaml:"container_label_allowlist"`
+	// Families turns groups of families within the enabled metric sets
+	// on; all are off by default (the series diet, README "What is
+	// stored").
+	Families families.Cadvisor `yaml:"families"`
 	// DockerEndpoint, PodmanEndpoint and ContainerdEndpoint are the
 	// runtimes' API sockets that cAdvisor asks for container names, images
 	// and labels (its --docker, --podman and --containerd flags). cAdvisor
@@ -71,8 +76,13 @@ const (
 // perf_event is off too: its metrics need a perf events config file,
 // which gpuscope does not take, and with it on cAdvisor logs a failed
 // perf_event cgroup lookup for every container.
+//
+// cpuLoad is off because nothing built in reads its load averages and
+// task states, and reading them costs a netlink request per container
+// at every housekeeping.
 var DefaultDisabledMetrics = []container.MetricKind{
 	container.PerCpuUsageMetrics,
+	container.CpuLoadMetrics,
 	container.PerfMetrics,
 	container.NetworkAdvancedTcpUsageMetrics,
 	container.CPUTopologyMetrics,
