@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -119,6 +121,23 @@ func New(o Options) *Handler {
 		}
 		return c.String(http.StatusOK, "gpuscope is Ready.\n")
 	})
+	// Go's profiles, as Prometheus serves them (behind the same
+	// --web.config.file authentication): how BENCHMARKS.md's profile of an
+	// idle appliance was taken, and what a bug report can attach.
+	e.GET("/debug/pprof/*", echo.WrapHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch strings.TrimPrefix(r.URL.Path, "/debug/pprof/") {
+		case "cmdline":
+			pprof.Cmdline(w, r)
+		case "profile":
+			pprof.Profile(w, r)
+		case "symbol":
+			pprof.Symbol(w, r)
+		case "trace":
+			pprof.Trace(w, r)
+		default:
+			pprof.Index(w, r)
+		}
+	})))
 	if o.EnableLifecycle {
 		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/reload", h.privileged(h.reload))
 		e.Match([]string{http.MethodPost, http.MethodPut}, "/-/quit", h.privileged(h.quit))

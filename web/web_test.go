@@ -196,6 +196,27 @@ func TestSelfListenerServesMetrics(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(b), "promhttp_metric_handler_requests_total")
 
+	// Go's profiles, at Prometheus's paths; not on the self listener.
+	for path, want := range map[string]string{
+		"/debug/pprof/":                  "goroutine",
+		"/debug/pprof/heap?debug=1":      "heap profile:",
+		"/debug/pprof/goroutine?debug=1": "goroutine profile:",
+		"/debug/pprof/profile?seconds=1": "", // a gzipped protobuf
+		"/debug/pprof/cmdline":           "web.test",
+	} {
+		resp, err = http.Get("http://" + l.Addr().String() + path)
+		require.NoError(t, err)
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, path)
+		require.Contains(t, string(b), want, path)
+		require.NotEmpty(t, b, path)
+	}
+	resp, err = client.Get("http://anything/debug/pprof/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 404, resp.StatusCode, "the self listener serves only /metrics*")
+
 	cancel()
 	require.NoError(t, <-done)
 }
