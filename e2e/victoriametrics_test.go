@@ -61,6 +61,13 @@ const vmCounterRelTol = 1e-6
 // rate over cAdvisor series differs. VictoriaMetrics documents this
 // setting for exactly that case.
 //
+// -search.minStalenessInterval=5m: cAdvisor's dynamic housekeeping spaces
+// an unchanging container's samples up to 60 s apart, and VictoriaMetrics
+// otherwise looks back only about the median spacing of a series' samples,
+// where PromQL looks back 5 minutes: a query_range step fell in such a gap
+// (container_memory_working_set_bytes of /docker, created while the test
+// ran) and VictoriaMetrics had no point where gpuscope had one.
+//
 // -search.disableCache: the response cache keeps answers for ranges older
 // than -search.cacheTimestampOffset (5m), and would hide samples that
 // arrive later, which is what happens after the outage.
@@ -69,6 +76,7 @@ func vmArgs(dataDir string, port int) []string {
 		"-storageDataPath=" + dataDir,
 		"-httpListenAddr=127.0.0.1:" + strconv.Itoa(port),
 		"-dedup.minScrapeInterval=1ms",
+		"-search.minStalenessInterval=5m",
 		"-search.disableCache",
 		"-loggerLevel=WARN",
 	}
