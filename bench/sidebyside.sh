@@ -65,7 +65,8 @@ for a in runs idle ingest idle_warmup ingest_warmup series; do
 done
 ((runs >= 1)) || { echo "sidebyside: runs must be at least 1" >&2; exit 2; }
 ((idle >= 15)) || { echo "sidebyside: idle_seconds must be at least 15 (one scrape interval), got $idle" >&2; exit 2; }
-((ingest >= 10)) || { echo "sidebyside: ingest_seconds must be at least 10 (two scrape intervals), got $ingest" >&2; exit 2; }
+((ingest >= 10 && ingest % 5 == 0)) ||
+  { echo "sidebyside: ingest_seconds must be a multiple of 5 (the scrape interval) and at least 10, got $ingest" >&2; exit 2; }
 ((series >= 1)) || { echo "sidebyside: SERIES must be at least 1" >&2; exit 2; }
 if [[ -z "${CADVISOR_BIN:-}" && -z "${CADVISOR_SRC:-}" ]]; then
   echo "sidebyside: set CADVISOR_BIN (a cAdvisor binary) or CADVISOR_SRC (a clone of github.com/google/cadvisor)" >&2
@@ -131,6 +132,19 @@ proc() {
   done
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
+# phase TARGET_PORT: waits until half-way between two scrapes of the
+# target (bench/crashtarget's /scrapes: "<scrapes served> <last, unix ms>")
+# and prints the time.
+phase() {
+  local last
+  last=$(curl -sf "http://127.0.0.1:$1/scrapes" | cut -d' ' -f2)
+  nap "$(awk -v l="$last" -v n="$(date +%s.%N)" 'BEGIN{d = (l / 1000 + 2.5 - n) % 5; print (d < 0 ? d + 5 : d)}')"
+  date +%s.%N
+}
+# progress PID PORT: "cpu_ticks samples_appended" of a side.
+progress() {
+  echo "$(awk '{print $14+$15}' "/proc/$1/stat") $(metric "$2" prometheus_tsdb_head_samples_appended_total)"
+}
 # window SECONDS FILE PID...: a line "time proc..." into FILE at the start,
 # every 15 s and at the end of the window.
 window() {
@@ -138,7 +152,7 @@ window() {
   shift 2
   t0=$(date +%s.%N)
   echo "$t0$(proc "$@")" >>"$file"
-  for ((k = 15; k < secs; k += 15)); do
+  for ((k = 15; k < ${secs%.*}; k += 15)); do
     nap "$(awk -v s="$t0" -v n="$(date +%s.%N)" -v k="$k" 'BEGIN{d = s + k - n; print (d > 0 ? d : 0)}')"
     echo "$(date +%s.%N)$(proc "$@")" >>"$file"
   done
@@ -179,8 +193,15 @@ if kind == "idle":
     print(f"  samples per scrape by job: gpuscope {meta['g_jobs']}; Prometheus {meta['p_jobs']}")
     print(f"  recorded series (rules): gpuscope {meta['g_recorded']}, Prometheus {meta['p_recorded']}; metric names of job cadvisor: gpuscope {meta['g_cnames']}, Prometheus {meta['p_cnames']}")
 else:
-    (gc, gr, _), (pc, pr, _) = proc(0), proc(1)
-    gs, ps = float(meta["g_appended"]), float(meta["p_appended"])
+    (_, gr, _), (_, pr, _) = proc(0), proc(1)
+    # g0/g1, p0/p1: "time cpu_ticks samples_appended", whole scrape cycles apart.
+    def side(k):
+        a, b = (list(map(float, meta[k + i].split())) for i in "01")
+        return b[0] - a[0], (b[1] - a[1]) / hz, b[2] - a[2]
+    gw, gc, gs = side("g")
+    pw, pc, ps = side("p")
+    wall = (gw + pw) / 2
+    out["wall"] = wall
     out.update(
         g_cpu_s=gc, p_cpu_s=pc, g_samples=gs, p_samples=ps,
         g_us=1e6 * gc / gs if gs else float("nan"), p_us=1e6 * pc / ps if ps else float("nan"),
@@ -293,14 +314,22 @@ EOF
   alive Prometheus "http://127.0.0.1:$pport/-/ready" "$ppid" "$d/prometheus.log"
   echo "sidebyside: ingest run $r/$runs: $series series at 5 s; gpuscope $gpid, Prometheus $ppid; warm-up ${ingest_warmup}s, window ${ingest}s" >&2
   nap "$ingest_warmup"
-  local ga0 pa0
+  # The window of each side is whole scrape cycles, read half-way between
+  # two of its scrapes (its target says when it served the last one):
+  # samples are appended in bursts of $series, so a window read at any
+  # moment would count one scrape more or less (17 % of a 30-s window).
   echo "load0 $(load)" >"$d/meta"
-  ga0=$(metric "$gport" prometheus_tsdb_head_samples_appended_total)
-  pa0=$(metric "$pport" prometheus_tsdb_head_samples_appended_total)
-  window "$ingest" "$d/samples" "$gpid" "$ppid"
+  { echo "g0 $(phase "$t1") $(progress "$gpid" "$gport")"; echo "p0 $(phase "$t2") $(progress "$ppid" "$pport")"; } >>"$d/meta"
+  local g0 p0
+  g0=$(awk '$1=="g0"{print $2}' "$d/meta")
+  p0=$(awk '$1=="p0"{print $2}' "$d/meta")
+  # RSS every 15 s from p0 (at most 5 s after g0) to g0 + window.
+  window "$(awk -v g="$g0" -v p="$p0" -v w="$ingest" 'BEGIN{printf "%.3f", g + w - p}')" "$d/samples" "$gpid" "$ppid"
   {
-    echo "g_appended $(($(metric "$gport" prometheus_tsdb_head_samples_appended_total) - ga0))"
-    echo "p_appended $(($(metric "$pport" prometheus_tsdb_head_samples_appended_total) - pa0))"
+    nap "$(awk -v t="$g0" -v w="$ingest" -v n="$(date +%s.%N)" 'BEGIN{d = t + w - n; print (d > 0 ? d : 0)}')"
+    echo "g1 $(date +%s.%N) $(progress "$gpid" "$gport")"
+    nap "$(awk -v t="$p0" -v w="$ingest" -v n="$(date +%s.%N)" 'BEGIN{d = t + w - n; print (d > 0 ? d : 0)}')"
+    echo "p1 $(date +%s.%N) $(progress "$ppid" "$pport")"
     echo "load1 $(load)"
     echo "g_series $(metric "$gport" prometheus_tsdb_head_series)"
     echo "p_series $(metric "$pport" prometheus_tsdb_head_series)"
