@@ -28,6 +28,10 @@
 # the window / the increase of prometheus_tsdb_head_samples_appended_total,
 # read from each side's own /metrics) and RSS per head series (median RSS
 # of the window / prometheus_tsdb_head_series), and gpuscope / Prometheus.
+# Each side's window is whole 5-s cycles, read half-way between two of its
+# scrapes (ingest_seconds must be a multiple of 5). RSS per series grows
+# with the head's age (chunks fill), so compare runs of the same warm-up
+# and window only.
 #
 # Then the median over the runs of every figure and of every ratio, and
 # issue 18's goals, each met or not met: idle CPU <= 0.5x and idle RSS <=
