@@ -108,6 +108,21 @@ gpu:
       - {scenario: idle}
 EOF
 
+# started PID PORT LOG: wait until the process answers /-/ready; fail with
+# its log's end if it exits first or is not ready within a minute (lib.sh's
+# ready would wait for ever).
+started() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    curl -sf "http://127.0.0.1:$2/-/ready" >/dev/null && return
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "process $1 on port $2 did not become ready; the end of $3:" >&2
+  tail -5 "$3" >&2
+  exit 1
+}
+
 agent_pids=()
 static=""
 for i in $(seq -w 1 "$nodes"); do
@@ -115,7 +130,7 @@ for i in $(seq -w 1 "$nodes"); do
   "$bin" agent --config.file="$work/agent.yml" --web.listen-address=127.0.0.1:$port \
     --node.name=node-$i >"$work/agent-$i.log" 2>&1 &
   pids+=($!); agent_pids+=($!)
-  ready "$port"
+  started $! "$port" "$work/agent-$i.log"
   static+="    - {address: 127.0.0.1:$port, name: node-$i}"$'\n'
 done
 
@@ -133,7 +148,7 @@ port=$(freeport)
 "$bin" serve --config.file="$work/serve.yml" --web.listen-address=127.0.0.1:$port \
   --storage.tsdb.path="$work/data" --node.name=appliance >"$work/serve.log" 2>&1 &
 pid=$!; pids+=($pid)
-ready "$port"
+started "$pid" "$port" "$work/serve.log"
 
 # A second appliance without nodes gives the fixed cost (Go runtime, TSDB,
 # engine, its own ~600 series) to take off for the marginal cost per series.
@@ -142,7 +157,7 @@ bport=$(freeport)
 "$bin" serve --config.file="$work/base.yml" --web.listen-address=127.0.0.1:$bport \
   --storage.tsdb.path="$work/base" --node.name=baseline >"$work/base.log" 2>&1 &
 bpid=$!; pids+=($bpid)
-ready "$bport"
+started "$bpid" "$bport" "$work/base.log"
 
 # query EXPR [PORT] [TIME]: the first value of an instant query, 0 if empty.
 query() {
