@@ -10,8 +10,9 @@
 // /api/v1/query_range over the range, or /api/v1/query at its end for
 // instant targets, six requests in flight as a browser allows. The step is
 // Grafana's: the range over the panel's maxDataPoints (1000 unless set)
-// rounded to a nice interval, never below the panel's min interval or the
-// data source's scrape interval; start and end are aligned to it.
+// rounded to a nice interval, never below the panel's min interval, the
+// query's min step or the data source's scrape interval; start and end are
+// aligned to it.
 // Variables and macros are expanded by package dashboards, which follows
 // Grafana's Prometheus data source. The dashboards are fetched from the
 // appliance's /api/dashboards once.
@@ -140,7 +141,8 @@ type panel struct {
 type target struct {
 	panel, expr   string
 	instant       bool
-	minInterval   time.Duration // the panel's, or the query's min step
+	minInterval   time.Duration // the panel's min interval
+	minStep       time.Duration // the query's min step
 	maxDataPoints int
 }
 
@@ -168,7 +170,7 @@ func (b board) targets(o Options) ([]target, error) {
 				if err != nil {
 					return fmt.Errorf("panel %q: %w", p.Title, err)
 				}
-				out = append(out, target{panel: p.Title, expr: t.Expr, instant: t.Instant, minInterval: max(piv, tiv), maxDataPoints: mdp})
+				out = append(out, target{panel: p.Title, expr: t.Expr, instant: t.Instant, minInterval: piv, minStep: tiv, maxDataPoints: mdp})
 			}
 		}
 		return nil
@@ -192,13 +194,18 @@ func parseInterval(s string) (time.Duration, error) {
 func (t target) request(vars map[string]dashboards.Selection, r dashboards.TimeRange) (string, promv1.Range) {
 	pr := r
 	pr.MaxDataPoints = t.maxDataPoints
-	pr.ScrapeInterval = max(r.ScrapeInterval, t.minInterval)
+	pr.ScrapeInterval = max(r.ScrapeInterval, t.minInterval, t.minStep)
 	step := pr.Interval()
-	// $__rate_interval counts from the scrape interval, not from the
-	// panel's min interval.
+	// $__rate_interval is max($__interval + scrape interval, 4 × scrape
+	// interval), the scrape interval being the query's min step if set,
+	// else the data source's: not the panel's min interval.
+	scrape := r.ScrapeInterval
+	if t.minStep > 0 {
+		scrape = t.minStep
+	}
 	expr := t.expr
 	for _, m := range []string{"${__rate_interval}", "$__rate_interval"} {
-		expr = strings.ReplaceAll(expr, m, model.Duration(max(step+r.ScrapeInterval, 4*r.ScrapeInterval)).String())
+		expr = strings.ReplaceAll(expr, m, model.Duration(max(step+scrape, 4*scrape)).String())
 	}
 	expr = dashboards.Interpolate(expr, vars, pr)
 	s := step.Milliseconds()

@@ -25,7 +25,7 @@ func TestTargets(t *testing.T) {
 	require.Equal(t, []target{
 		{panel: "a", expr: "up", maxDataPoints: 1000},
 		{panel: "b", expr: "x", instant: true, minInterval: 5 * time.Minute, maxDataPoints: 100},
-		{panel: "c", expr: "y", minInterval: 2 * time.Minute, maxDataPoints: 1000},
+		{panel: "c", expr: "y", minStep: 2 * time.Minute, maxDataPoints: 1000},
 	}, got)
 
 	b.Panels[0].Interval = "soon"
@@ -55,6 +55,12 @@ func TestRequest(t *testing.T) {
 			target: target{expr: `avg_over_time(x[$__interval]) + y[${__rate_interval}]`, minInterval: 5 * time.Minute, maxDataPoints: 1000},
 			expr:   `avg_over_time(x[5m]) + y[5m15s]`,
 			step:   5 * time.Minute, from: day.From.Truncate(5 * time.Minute), to: to.Truncate(5 * time.Minute),
+		},
+		{
+			name:   "a query's min step is its scrape interval for $__rate_interval",
+			target: target{expr: `rate(x[$__rate_interval])`, minStep: 2 * time.Minute, maxDataPoints: 1000},
+			expr:   `rate(x[8m])`,
+			step:   2 * time.Minute, from: day.From.Truncate(2 * time.Minute), to: to.Truncate(2 * time.Minute),
 		},
 		{
 			name:   "fewer points: a coarser step",
