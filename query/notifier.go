@@ -11,6 +11,8 @@ import (
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
 	"github.com/prometheus/prometheus/notifier"
+
+	"github.com/gpuscope/gpuscope/scrape/targets"
 )
 
 // DefaultNotificationQueueCapacity is Prometheus's
@@ -35,9 +37,8 @@ type NotifierOptions struct {
 // alerting.alertmanagers (API v2), found by their own service discovery,
 // with the global external_labels added.
 type Notifier struct {
-	manager   *notifier.Manager
-	discovery *discovery.Manager
-	cancel    context.CancelFunc
+	manager *notifier.Manager
+	targets *targets.Feeder
 }
 
 // NewNotifier creates the notifier and its discovery; Run starts them.
@@ -51,20 +52,18 @@ func NewNotifier(o NotifierOptions) (*Notifier, error) {
 	if o.QueueCapacity == 0 {
 		o.QueueCapacity = DefaultNotificationQueueCapacity
 	}
-	// Discovery stops when this context ends, after the notifier has
-	// drained.
-	ctx, cancel := context.WithCancel(context.Background())
-	dm := discovery.NewManager(ctx, o.Logger.With("component", "discovery manager notify"), o.Registerer, o.SDMetrics, discovery.Name("notify"))
-	if dm == nil {
-		cancel()
-		return nil, errors.New("create notify discovery manager")
-	}
+	feed := targets.New(targets.Options{
+		Logger:     o.Logger.With("component", "discovery manager notify"),
+		Registerer: o.Registerer,
+		SDMetrics:  o.SDMetrics,
+		Name:       "notify",
+	})
 	m := notifier.NewManager(&notifier.Options{
 		QueueCapacity:   o.QueueCapacity,
 		DrainOnShutdown: o.DrainOnShutdown,
 		Registerer:      o.Registerer,
 	}, model.UTF8Validation, o.Logger.With("component", "notifier"))
-	return &Notifier{manager: m, discovery: dm, cancel: cancel}, nil
+	return &Notifier{manager: m, targets: feed}, nil
 }
 
 // Manager is the notifier manager: the rule manager sends to it and the
@@ -81,7 +80,7 @@ func (n *Notifier) ApplyConfig(cfg *promconfig.Config) error {
 	for k, v := range cfg.AlertingConfig.AlertmanagerConfigs.ToMap() {
 		c[k] = v.ServiceDiscoveryConfigs
 	}
-	if err := n.discovery.ApplyConfig(c); err != nil {
+	if err := n.targets.ApplyConfig(c); err != nil {
 		return fmt.Errorf("notify discovery: %w", err)
 	}
 	return nil
@@ -91,19 +90,15 @@ func (n *Notifier) ApplyConfig(cfg *promconfig.Config) error {
 // DrainOnShutdown) and stops discovery. Stop the rule manager first: its
 // last evaluations may still send.
 func (n *Notifier) Run(ctx context.Context) error {
-	discErr := make(chan error, 1)
-	go func() { discErr <- n.discovery.Run() }()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n.manager.Run(n.discovery.SyncCh())
+		n.manager.Run(n.targets.SyncCh())
 	}()
 	<-ctx.Done()
 	n.manager.Stop()
 	<-done
-	n.cancel()
-	if err := <-discErr; err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("notify discovery: %w", err)
-	}
+	// Discovery stops after the notifier has drained.
+	n.targets.Stop()
 	return nil
 }

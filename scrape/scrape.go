@@ -19,6 +19,8 @@ import (
 	promscrape "github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
 
+	"github.com/gpuscope/gpuscope/scrape/targets"
+
 	// Service discovery mechanisms offered in scrape_configs besides
 	// static_configs. They register their config keys when imported; the
 	// cloud and Kubernetes ones are left out (gpuscope is for machines that
@@ -44,12 +46,12 @@ type Options struct {
 	DiscoveryReloadInterval time.Duration
 }
 
-// Scraper owns a discovery manager and a scrape manager.
+// Scraper owns the targets' feed (static configs directly, other service
+// discovery through Prometheus's discovery manager) and a scrape manager.
 type Scraper struct {
-	logger    *slog.Logger
-	discovery *discovery.Manager
-	manager   *promscrape.Manager
-	cancel    context.CancelFunc
+	logger  *slog.Logger
+	targets *targets.Feeder
+	manager *promscrape.Manager
 }
 
 // New creates the managers; Run starts them.
@@ -60,12 +62,12 @@ func New(o Options) (*Scraper, error) {
 	if o.SDMetrics == nil {
 		return nil, errors.New("scrape: SDMetrics is required")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	dm := discovery.NewManager(ctx, o.Logger.With("component", "discovery manager scrape"), o.Registerer, o.SDMetrics, discovery.Name("scrape"))
-	if dm == nil {
-		cancel()
-		return nil, errors.New("create scrape discovery manager")
-	}
+	feed := targets.New(targets.Options{
+		Logger:     o.Logger.With("component", "discovery manager scrape"),
+		Registerer: o.Registerer,
+		SDMetrics:  o.SDMetrics,
+		Name:       "scrape",
+	})
 
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -82,10 +84,10 @@ func New(o Options) (*Scraper, error) {
 		HTTPClientOptions:        []config_util.HTTPClientOption{config_util.WithDialContextFunc(dial)},
 	}, o.Logger.With("component", "scrape manager"), nil, nil, o.Appendable, o.Registerer)
 	if err != nil {
-		cancel()
+		feed.Stop()
 		return nil, fmt.Errorf("create scrape manager: %w", err)
 	}
-	return &Scraper{logger: o.Logger, discovery: dm, manager: sm, cancel: cancel}, nil
+	return &Scraper{logger: o.Logger, targets: feed, manager: sm}, nil
 }
 
 // Manager exposes the scrape manager to the HTTP API (targets, metadata).
@@ -105,7 +107,7 @@ func (s *Scraper) ApplyConfig(cfg *promconfig.Config) error {
 	for _, c := range scfgs {
 		sd[c.JobName] = c.ServiceDiscoveryConfigs
 	}
-	if err := s.discovery.ApplyConfig(sd); err != nil {
+	if err := s.targets.ApplyConfig(sd); err != nil {
 		return fmt.Errorf("apply service discovery config: %w", err)
 	}
 	return nil
@@ -114,17 +116,16 @@ func (s *Scraper) ApplyConfig(cfg *promconfig.Config) error {
 // Run scrapes until ctx ends, then stops the scrape loops; in-flight
 // appends are committed before it returns.
 func (s *Scraper) Run(ctx context.Context) error {
-	errc := make(chan error, 2)
-	go func() { errc <- s.discovery.Run() }()
-	go func() { errc <- s.manager.Run(s.discovery.SyncCh()) }()
+	errc := make(chan error, 1)
+	go func() { errc <- s.manager.Run(s.targets.SyncCh()) }()
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		s.cancel()
+		s.targets.Stop()
 		s.manager.Stop()
 		return fmt.Errorf("scraping stopped: %w", err)
 	}
-	s.cancel()
+	s.targets.Stop()
 	s.manager.Stop()
 	return nil
 }
