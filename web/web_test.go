@@ -185,6 +185,19 @@ func TestSelfListenerServesMetrics(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, "demo_metric 1\n", string(b))
 
+	// A scrape many times the pipe's buffer (a cAdvisor page of hundreds
+	// of containers) flows through whole.
+	big := strings.Repeat("big_metric{container=\"c\"} 1\n", 100_000)
+	h.MountMetrics("/metrics/big", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, big)
+	}))
+	resp, err = client.Get("http://anything/metrics/big")
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Greater(t, len(big), 40*selfPipeBytes)
+	require.Equal(t, big, string(b))
+
 	resp, err = client.Get("http://anything/api/v1/query?query=1")
 	require.NoError(t, err)
 	resp.Body.Close()
