@@ -123,6 +123,17 @@ started() {
   exit 1
 }
 
+# Each agent's cAdvisor holds two inotify instances, and the kernel allows
+# fs.inotify.max_user_instances (often 128) per user: past it an agent
+# stops at start ("inotify_init: too many open files").
+limit=$(cat /proc/sys/fs/inotify/max_user_instances)
+inuse=$(find /proc/[0-9]*/fd -user "$(id -u)" -lname 'anon_inode:inotify' 2>/dev/null | wc -l)
+if ((inuse + 2 * nodes > limit)); then
+  echo "bench/cluster.sh: $nodes agents need $((2 * nodes)) inotify instances; $inuse of this user's $limit (fs.inotify.max_user_instances) are in use." >&2
+  echo "Raise the limit (sysctl -w fs.inotify.max_user_instances=$(((inuse + 2 * nodes + 127) / 128 * 128 + 128))) or run fewer nodes." >&2
+  exit 1
+fi
+
 agent_pids=()
 static=""
 for i in $(seq -w 1 "$nodes"); do
@@ -189,6 +200,21 @@ if ((groups == 0)); then
   exit 1
 fi
 
+# alive: every agent and the appliance still run; else fail with the log.
+alive() {
+  local i=0 p
+  for p in "${agent_pids[@]}"; do
+    i=$((i + 1))
+    if ! kill -0 "$p" 2>/dev/null; then
+      echo "agent node-$(printf '%0*d' ${#nodes} "$i") (pid $p) stopped $1; the end of its log:" >&2
+      tail -3 "$work/agent-$(printf '%0*d' ${#nodes} "$i").log" >&2
+      exit 1
+    fi
+  done
+  kill -0 "$pid" 2>/dev/null || { echo "the appliance stopped $1; the end of its log:" >&2; tail -5 "$work/serve.log" >&2; exit 1; }
+}
+alive "during the warm-up"
+
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 declare -A c0
@@ -202,6 +228,7 @@ echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 dpid=$!; pids+=("$dpid")
 sleep $((minutes * 60))
 t1=$(date +%s.%N)
+alive "during the window"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 dash_ok=yes
 wait "$dpid" || dash_ok=no
