@@ -127,7 +127,7 @@ started() {
 # fs.inotify.max_user_instances (often 128) per user: past it an agent
 # stops at start ("inotify_init: too many open files").
 limit=$(cat /proc/sys/fs/inotify/max_user_instances)
-inuse=$(find /proc/[0-9]*/fd -user "$(id -u)" -lname 'anon_inode:inotify' 2>/dev/null | wc -l)
+inuse=$( (find /proc/[0-9]*/fd -user "$(id -u)" -lname 'anon_inode:inotify' 2>/dev/null || true) | wc -l)
 if ((inuse + 2 * nodes > limit)); then
   echo "bench/cluster.sh: $nodes agents need $((2 * nodes)) inotify instances; $inuse of this user's $limit (fs.inotify.max_user_instances) are in use." >&2
   echo "Raise the limit (sysctl -w fs.inotify.max_user_instances=$(((inuse + 2 * nodes + 127) / 128 * 128 + 128))) or run fewer nodes." >&2
