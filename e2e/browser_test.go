@@ -113,7 +113,9 @@ func TestBrowserOverview(t *testing.T) {
 	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), browserConfig(t, demo)))
 	b := startBrowser(t)
 
-	ctx, cancel := context.WithTimeout(b.ctx, 4*time.Minute)
+	// Alone the test takes under a minute; beside the image tests' Docker
+	// builds on two cores, Chromium alone has needed more than four.
+	ctx, cancel := context.WithTimeout(b.ctx, 8*time.Minute)
 	defer cancel()
 	tab := b.tab(t, ctx, true)
 	resp, err := chromedp.Run(tab, chromedp.NavigateResponse(p.URL+"/"))
@@ -167,7 +169,7 @@ func TestBrowserOverview(t *testing.T) {
 		shot []byte
 		st   screenshotInfo
 	)
-	eventually(t, 15*time.Second, "a 1280×900 screenshot of the page, neither blank nor flat", func() error {
+	eventually(t, 60*time.Second, "a 1280×900 screenshot of the page, neither blank nor flat", func() error {
 		var err error
 		if shot, err = chromedp.Run(tab, chromedp.CaptureScreenshot()); err != nil {
 			return err
