@@ -50,8 +50,8 @@ type Feeder struct {
 	wg        sync.WaitGroup     // the forwarder
 }
 
-// New creates a Feeder; Run must be called for a discovery manager that a
-// config starts to stop.
+// New creates a Feeder; its owner calls Stop, which ends a discovery
+// manager that a config started.
 func New(o Options) *Feeder {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -63,11 +63,11 @@ func New(o Options) *Feeder {
 // SyncCh is the channel the scrape manager or notifier reads.
 func (f *Feeder) SyncCh() <-chan map[string][]*targetgroup.Group { return f.out }
 
-// Static returns the target groups of cfgs when every one of its
+// static returns the target groups of cfgs when every one of its
 // configs is a static_configs, and false otherwise. A set with no config
 // gets no groups, so that its old targets are dropped, as the discovery
 // manager does.
-func Static(cfgs map[string]discovery.Configs) (map[string][]*targetgroup.Group, bool) {
+func static(cfgs map[string]discovery.Configs) (map[string][]*targetgroup.Group, bool) {
 	groups := make(map[string][]*targetgroup.Group, len(cfgs))
 	for name, cs := range cfgs {
 		groups[name] = []*targetgroup.Group{}
@@ -90,7 +90,7 @@ func (f *Feeder) ApplyConfig(cfgs map[string]discovery.Configs) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.discovery == nil {
-		if groups, ok := Static(cfgs); ok {
+		if groups, ok := static(cfgs); ok {
 			f.send(groups)
 			return nil
 		}
@@ -139,14 +139,6 @@ func (f *Feeder) startDiscovery() error {
 			}
 		}
 	}()
-	return nil
-}
-
-// Run waits for ctx to end, then stops the discovery manager if one was
-// started. The reader of SyncCh is stopped by its owner.
-func (f *Feeder) Run(ctx context.Context) error {
-	<-ctx.Done()
-	f.Stop()
 	return nil
 }
 

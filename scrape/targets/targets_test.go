@@ -1,7 +1,6 @@
 package targets
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,13 +20,7 @@ func newFeeder(t *testing.T) (*Feeder, *prometheus.Registry) {
 	sdm, err := discovery.CreateAndRegisterSDMetrics(reg)
 	require.NoError(t, err)
 	f := New(Options{Registerer: reg, SDMetrics: sdm, Name: "scrape"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	t.Cleanup(f.Stop)
 	return f, reg
 }
 
@@ -67,7 +60,7 @@ func managerRunning(t *testing.T, reg *prometheus.Registry) bool {
 	return false
 }
 
-func static(addrs ...string) discovery.StaticConfig {
+func staticConfig(addrs ...string) discovery.StaticConfig {
 	g := &targetgroup.Group{Source: "0"}
 	for _, a := range addrs {
 		g.Targets = append(g.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(a)})
@@ -81,8 +74,8 @@ func static(addrs ...string) discovery.StaticConfig {
 func TestStaticWithoutDiscoveryManager(t *testing.T) {
 	f, reg := newFeeder(t)
 	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{
-		"gpuscope": {static("a:1")},
-		"nodes":    {static("b:1", "c:1"), static("d:1")},
+		"gpuscope": {staticConfig("a:1")},
+		"nodes":    {staticConfig("b:1", "c:1"), staticConfig("d:1")},
 		"empty":    {},
 	}))
 	got := next(t, f)
@@ -93,8 +86,8 @@ func TestStaticWithoutDiscoveryManager(t *testing.T) {
 	require.False(t, managerRunning(t, reg), "no discovery manager for static configs")
 
 	// Two applies before the reader looks: it gets the newest only.
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {static("a:2")}}))
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {static("a:3")}}))
+	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:2")}}))
+	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:3")}}))
 	got = next(t, f)
 	require.Equal(t, []string{"a:3"}, addresses(got["gpuscope"]))
 	require.NotContains(t, got, "nodes", "a removed set is not sent")
@@ -115,7 +108,7 @@ func TestFileSDStartsDiscovery(t *testing.T) {
 	path := filepath.Join(dir, "nodes.yml")
 	require.NoError(t, os.WriteFile(path, []byte("- targets: [gpu-01:9089]\n"), 0o644))
 	fileSD := &file.SDConfig{Files: []string{path}, RefreshInterval: model.Duration(time.Minute)}
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {static("a:1")}, "node": {fileSD}}))
+	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:1")}, "node": {fileSD}}))
 	require.True(t, managerRunning(t, reg))
 
 	want := func(job string, addrs ...string) {
@@ -134,7 +127,7 @@ func TestFileSDStartsDiscovery(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("- targets: [gpu-02:9089, gpu-03:9089]\n"), 0o644))
 	want("node", "gpu-02:9089", "gpu-03:9089")
 
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {static("a:9")}}))
+	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:9")}}))
 	want("gpuscope", "a:9")
 }
 
@@ -148,5 +141,5 @@ func TestStopWithoutRun(t *testing.T) {
 	f.Stop()
 	err = f.ApplyConfig(map[string]discovery.Configs{"am": {&file.SDConfig{Files: []string{"x.yml"}, RefreshInterval: model.Duration(time.Minute)}}})
 	require.EqualError(t, err, "target feeder stopped")
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"am": {static("am:9093")}}), "static configs need no manager")
+	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"am": {staticConfig("am:9093")}}), "static configs need no manager")
 }
