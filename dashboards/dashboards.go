@@ -93,17 +93,43 @@ func number(d *dashboard.Dashboard) {
 		id++
 		switch p := d.Panels[i]; {
 		case p.Panel != nil:
-			p.Panel.Id = cog.ToPtr(id)
-			for j, t := range p.Panel.Targets {
-				if q, ok := t.(prometheus.Dataquery); ok && q.RefId == nil {
-					q.RefId = cog.ToPtr(string(rune('A' + j)))
-					p.Panel.Targets[j] = q
-				}
-			}
+			numberPanel(p.Panel, id)
 		case p.RowPanel != nil:
 			p.RowPanel.Id = id
+			for j := range p.RowPanel.Panels {
+				id++
+				numberPanel(&p.RowPanel.Panels[j], id)
+			}
 		}
 	}
+}
+
+func numberPanel(p *dashboard.Panel, id uint32) {
+	p.Id = cog.ToPtr(id)
+	for j, t := range p.Targets {
+		if q, ok := t.(prometheus.Dataquery); ok && q.RefId == nil {
+			q.RefId = cog.ToPtr(string(rune('A' + j)))
+			p.Targets[j] = q
+		}
+	}
+}
+
+// allPanels lists every panel of d in order, those of collapsed rows too:
+// Grafana keeps a collapsed row's panels inside the row, where a walk over
+// the dashboard's top level would miss them.
+func allPanels(d *dashboard.Dashboard) []*dashboard.Panel {
+	var out []*dashboard.Panel
+	for i := range d.Panels {
+		switch p := d.Panels[i]; {
+		case p.Panel != nil:
+			out = append(out, p.Panel)
+		case p.RowPanel != nil:
+			for j := range p.RowPanel.Panels {
+				out = append(out, &p.RowPanel.Panels[j])
+			}
+		}
+	}
+	return out
 }
 
 // slowRecordings maps each series recorded by a built-in rule group that
@@ -137,13 +163,13 @@ func slowRecordings() (map[string]time.Duration, error) {
 // the data, whatever the time range.
 func recordedResolution(d *dashboard.Dashboard, slow map[string]time.Duration) error {
 	p := parser.NewParser(parser.Options{})
-	for _, pr := range d.Panels {
-		if pr.Panel == nil || len(pr.Panel.Targets) == 0 {
+	for _, panel := range allPanels(d) {
+		if len(panel.Targets) == 0 {
 			continue
 		}
 		var res time.Duration
 		all := true
-		for _, t := range pr.Panel.Targets {
+		for _, t := range panel.Targets {
 			q, ok := t.(prometheus.Dataquery)
 			if !ok {
 				all = false
@@ -151,7 +177,7 @@ func recordedResolution(d *dashboard.Dashboard, slow map[string]time.Duration) e
 			}
 			expr, err := p.ParseExpr(grafanaMacros.ReplaceAllString(q.Expr, "1m"))
 			if err != nil {
-				return fmt.Errorf("panel %s: %w", *pr.Panel.Title, err)
+				return fmt.Errorf("panel %s: %w", *panel.Title, err)
 			}
 			for _, name := range metricNames(expr) {
 				iv, ok := slow[name]
@@ -162,7 +188,7 @@ func recordedResolution(d *dashboard.Dashboard, slow map[string]time.Duration) e
 			}
 		}
 		if all && res > 0 {
-			pr.Panel.Interval = cog.ToPtr(model.Duration(res).String())
+			panel.Interval = cog.ToPtr(model.Duration(res).String())
 		}
 	}
 	return nil

@@ -91,9 +91,9 @@ func TestPanels(t *testing.T) {
 			if pr.RowPanel != nil {
 				require.False(t, ids[pr.RowPanel.Id])
 				ids[pr.RowPanel.Id] = true
-				continue
 			}
-			p := pr.Panel
+		}
+		for _, p := range allPanels(&d) {
 			title := s.UID + " / " + *p.Title
 			require.NotNil(t, p.Id, title)
 			require.False(t, ids[*p.Id], "duplicate panel id in %s", title)

@@ -20,7 +20,6 @@ var perInstance = regexp.MustCompile(`(?i)^(DCGM_FI_DEV_FB_|DCGM_FI_PROF_|gpu:dc
 // collapsesMIG lists the targets that fold a MIG GPU's instances into one
 // on purpose, with the reason.
 var collapsesMIG = map[string]string{
-	UIDGPUOverview + " / Mean utilisation": "a GPU in MIG mode counts once, not once per instance",
 }
 
 // TestMIGInstances: a target on per-instance series keeps MIG instances
@@ -35,12 +34,9 @@ func TestMIGInstances(t *testing.T) {
 	var checked int
 	for _, s := range set.List() {
 		d, _ := set.Dashboard(s.UID)
-		for _, pr := range d.Panels {
-			if pr.Panel == nil {
-				continue
-			}
-			title := s.UID + " / " + *pr.Panel.Title
-			for _, tg := range pr.Panel.Targets {
+		for _, panel := range allPanels(&d) {
+			title := s.UID + " / " + *panel.Title
+			for _, tg := range panel.Targets {
 				q := tg.(prometheus.Dataquery)
 				expr, err := p.ParseExpr(grafanaVars.ReplaceAllStringFunc(q.Expr, func(v string) string {
 					if strings.HasPrefix(v, "$__") {

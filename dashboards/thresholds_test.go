@@ -24,6 +24,9 @@ func TestThresholdsAreTheAlertRules(t *testing.T) {
 		{UIDGPUOverview, "Framebuffer used", "GPUMemoryAlmostFull"},
 		{UIDGPUOverview, "Temperature", "GPUTemperatureHigh"},
 		{UIDGPUOverview, "Hottest GPU", "GPUTemperatureHigh"},
+		{UIDGPUOverview, "Utilisation by node", "GPUSMUtilizationHigh"},
+		{UIDGPUOverview, "Fullest GPU framebuffer by node", "GPUMemoryAlmostFull"},
+		{UIDGPUOverview, "Hottest GPU by node", "GPUTemperatureHigh"},
 		{UIDGPUOverview, "PCIe utilisation", "PCIeBandwidthNearLimit"},
 		{UIDWorkloads, "CPU saturation", "ContainerCPUSaturated"},
 		{UIDWorkloads, "Memory near limit", "ContainerMemoryNearLimit"},
@@ -32,12 +35,12 @@ func TestThresholdsAreTheAlertRules(t *testing.T) {
 		require.True(t, ok, "alert %s not in the pack", c.alert)
 		d, _ := set.Dashboard(c.uid)
 		var found bool
-		for _, pr := range d.Panels {
-			if pr.Panel == nil || *pr.Panel.Title != c.panel {
+		for _, panel := range allPanels(&d) {
+			if *panel.Title != c.panel {
 				continue
 			}
 			found = true
-			th := pr.Panel.FieldConfig.Defaults.Thresholds
+			th := panel.FieldConfig.Defaults.Thresholds
 			require.NotNil(t, th, "%s / %s has no thresholds", c.uid, c.panel)
 			steps := th.Steps
 			require.NotNil(t, steps[len(steps)-1].Value)

@@ -64,18 +64,15 @@ func TestLegendsNameWorkloads(t *testing.T) {
 	require.NoError(t, err)
 	for _, s := range set.List() {
 		d, _ := set.Dashboard(s.UID)
-		for _, pr := range d.Panels {
-			if pr.Panel == nil {
-				continue
-			}
-			for _, tg := range pr.Panel.Targets {
+		for _, panel := range allPanels(&d) {
+			for _, tg := range panel.Targets {
 				q := tg.(prometheus.Dataquery)
 				if q.LegendFormat == nil {
 					continue
 				}
-				require.NotContains(t, *q.LegendFormat, "{{id}}", "%s / %s", s.UID, *pr.Panel.Title)
-				if s.UID == UIDWorkloads && pr.Panel.Type == "timeseries" {
-					require.Contains(t, *q.LegendFormat, "{{workload}}", "%s / %s", s.UID, *pr.Panel.Title)
+				require.NotContains(t, *q.LegendFormat, "{{id}}", "%s / %s", s.UID, *panel.Title)
+				if s.UID == UIDWorkloads && panel.Type == "timeseries" {
+					require.Contains(t, *q.LegendFormat, "{{workload}}", "%s / %s", s.UID, *panel.Title)
 				}
 			}
 		}
