@@ -17,11 +17,6 @@ import (
 // and the rules built on them (utilisation falls back to engine activity).
 var perInstance = regexp.MustCompile(`(?i)^(DCGM_FI_DEV_FB_|DCGM_FI_PROF_|gpu:dcgm_fi_dev_fb_|gpu:dcgm_fi_prof_|gpu:dcgm_fi_dev_gpu_util:|gpuscope_gpu_container_|gpu:gpuscope_gpu_container_|gpu:container_cpu_saturation:|gpu:bottleneck:|gpu_workload:bottleneck:|gpu:memory_bandwidth_utilization:)`)
 
-// collapsesMIG lists the targets that fold a MIG GPU's instances into one
-// on purpose, with the reason.
-var collapsesMIG = map[string]string{
-}
-
 // TestMIGInstances: a target on per-instance series keeps MIG instances
 // apart. Every by (...) or on (...) that names gpu also names GPU_I_ID,
 // and a legend that names the GPU names the instance too, so two
@@ -66,9 +61,6 @@ func TestMIGInstances(t *testing.T) {
 					continue
 				}
 				checked++
-				if _, ok := collapsesMIG[title]; ok {
-					continue
-				}
 				for _, g := range groupings {
 					if slices.Contains(g, "gpu") {
 						require.Contains(t, g, "GPU_I_ID", "%s: %s groups by GPU but not by MIG instance", title, q.Expr)
