@@ -32,8 +32,10 @@ const workloadsOnGPUs = `max by (instance, id, workload, image, slurm_job_id, gp
 // emphasis: which workloads hold the GPUs and whether their CPU starves
 // them, CPU saturation against the limit (not raw usage), memory working
 // set against the limit, and each workload's share of the GPUs. Graphs
-// read the built-in rules' per-minute series, so a day of every workload
-// loads fast.
+// read the built-in rules' per-minute series. It opens on the table of the
+// workloads on GPUs now; the run report and the graphs sit in collapsed
+// rows, queried once opened: a day of a 64-node cluster's 640 workloads is
+// 30 MB of JSON per graph, seconds for the whole dashboard (BENCHMARKS.md).
 //
 // Its uid stays gpuscope-containers, the Containers dashboard's: links and
 // bookmarks keep working, and provisioning replaces the old dashboard
@@ -49,46 +51,46 @@ func workloads() *dashboard.DashboardBuilder {
 			AllValue(".*")).
 		WithRow(dashboard.NewRowBuilder("GPUs")).
 		WithPanel(workloadsOnGPUsPanel()).
-		WithRow(dashboard.NewRowBuilder("Runs")).
-		WithPanel(runsPanel()).
-		WithRow(dashboard.NewRowBuilder("CPU")).
-		WithPanel(timeseriesPanel("CPU used vs limit", "Cores used (5-minute rate, recorded) and the limit: the CFS quota, or the host's cores where there is none.", unitCores,
-			target(`instance_id:container_cpu_usage_seconds:rate5m{`+workloadSel+`}`, "used "+workloadLegend),
-			target(`instance_id:container_cpu_limit:cores{`+workloadSel+`}`, "limit "+workloadLegend)).
-			Min(0)).
-		WithPanel(timeseriesPanel("CPU saturation", "Share of its limit each workload uses. Above 80% for 5 minutes raises ContainerCPUSaturated; next to an idle GPU it means input-bound.", unitPercentUnit,
-			target(`instance_id:container_cpu_saturation:ratio{`+workloadSel+`}`, workloadLegend)).
-			Min(0).Thresholds(thresholds(0.8))).
-		WithPanel(timeseriesPanel("CPU throttling", "Share of CFS periods in which the workload was throttled.", unitPercentUnit,
-			target(`instance_id:container_cpu_cfs_throttled_periods:ratio_rate5m{`+workloadSel+`}`, workloadLegend)).
-			Min(0).Max(1)).
-		WithRow(dashboard.NewRowBuilder("Memory")).
-		WithPanel(timeseriesPanel("Memory working set vs limit", "Working set (what the kernel will not reclaim) against the memory limit, where there is one.", unitBytes,
-			target(`instance_id:container_memory_working_set_bytes:avg1m{`+workloadSel+`}`, "working set "+workloadLegend),
-			target(`instance_id:container_spec_memory_limit_bytes:max1m{`+workloadSel+`}`, "limit "+workloadLegend)).
-			Min(0)).
-		WithPanel(timeseriesPanel("Memory near limit", "Working set over the limit. Above 90% for 5 minutes raises ContainerMemoryNearLimit.", unitPercentUnit,
-			target(`instance_id:container_memory_working_set:ratio{`+workloadSel+`}`, workloadLegend)).
-			Min(0).Max(1).Thresholds(thresholds(0.9))).
-		WithRow(dashboard.NewRowBuilder("Network and disk")).
-		WithPanel(timeseriesPanel("Network", "Bytes per second received and transmitted (workloads with their own network namespace, and the host).", unitBytesPerSec,
-			target(`instance_id:container_network_receive_bytes:rate2m{`+workloadSel+`}`, "rx "+workloadLegend),
-			target(`instance_id:container_network_transmit_bytes:rate2m{`+workloadSel+`}`, "tx "+workloadLegend)).
-			Min(0)).
-		WithPanel(timeseriesPanel("Disk I/O", "Bytes per second read and written to block devices (blkio; absent where the kernel keeps no per-cgroup block I/O statistics).", unitBytesPerSec,
-			target(`instance_id:container_fs_reads_bytes:rate2m{`+workloadSel+`}`, "read "+workloadLegend),
-			target(`instance_id:container_fs_writes_bytes:rate2m{`+workloadSel+`}`, "write "+workloadLegend)).
-			Min(0)).
-		WithPanel(timeseriesPanel("I/O pressure", "Share of time tasks of the workload waited on I/O (PSI). A data loader starved by storage shows here before the GPU goes idle.", unitPercentUnit,
-			target(`instance_id:container_pressure_io_waiting_seconds:rate2m{`+workloadSel+`}`, workloadLegend)).
-			Min(0)).
-		WithRow(dashboard.NewRowBuilder("GPU share")).
-		WithPanel(timeseriesPanel("GPU memory per workload", "Framebuffer memory held by the workload's processes, per GPU (per MIG instance on a GPU in MIG mode).", unitBytes,
-			target(`gpu:gpuscope_gpu_container_memory_used_bytes:avg1m{`+workloadSel+`}`, workloadGPULegend)).
-			Min(0)).
-		WithPanel(timeseriesPanel("SM share per workload", "SM utilisation of the workload's processes, per GPU (NVML process utilisation).", unitPercent,
-			target(`gpu:gpuscope_gpu_container_sm_utilization_percent:avg1m{`+workloadSel+`}`, workloadGPULegend)).
-			Min(0).Max(100))
+		WithRow(dashboard.NewRowBuilder("Runs").
+			WithPanel(runsPanel())).
+		WithRow(dashboard.NewRowBuilder("CPU per workload").
+			WithPanel(timeseriesPanel("CPU used vs limit", "Cores used (5-minute rate, recorded) and the limit: the CFS quota, or the host's cores where there is none.", unitCores,
+				target(`instance_id:container_cpu_usage_seconds:rate5m{`+workloadSel+`}`, "used "+workloadLegend),
+				target(`instance_id:container_cpu_limit:cores{`+workloadSel+`}`, "limit "+workloadLegend)).
+				Min(0)).
+			WithPanel(timeseriesPanel("CPU saturation", "Share of its limit each workload uses. Above 80% for 5 minutes raises ContainerCPUSaturated; next to an idle GPU it means input-bound.", unitPercentUnit,
+				target(`instance_id:container_cpu_saturation:ratio{`+workloadSel+`}`, workloadLegend)).
+				Min(0).Thresholds(thresholds(0.8))).
+			WithPanel(timeseriesPanel("CPU throttling", "Share of CFS periods in which the workload was throttled.", unitPercentUnit,
+				target(`instance_id:container_cpu_cfs_throttled_periods:ratio_rate5m{`+workloadSel+`}`, workloadLegend)).
+				Min(0).Max(1))).
+		WithRow(dashboard.NewRowBuilder("Memory per workload").
+			WithPanel(timeseriesPanel("Memory working set vs limit", "Working set (what the kernel will not reclaim) against the memory limit, where there is one.", unitBytes,
+				target(`instance_id:container_memory_working_set_bytes:avg1m{`+workloadSel+`}`, "working set "+workloadLegend),
+				target(`instance_id:container_spec_memory_limit_bytes:max1m{`+workloadSel+`}`, "limit "+workloadLegend)).
+				Min(0)).
+			WithPanel(timeseriesPanel("Memory near limit", "Working set over the limit. Above 90% for 5 minutes raises ContainerMemoryNearLimit.", unitPercentUnit,
+				target(`instance_id:container_memory_working_set:ratio{`+workloadSel+`}`, workloadLegend)).
+				Min(0).Max(1).Thresholds(thresholds(0.9)))).
+		WithRow(dashboard.NewRowBuilder("Network and disk per workload").
+			WithPanel(timeseriesPanel("Network", "Bytes per second received and transmitted (workloads with their own network namespace, and the host).", unitBytesPerSec,
+				target(`instance_id:container_network_receive_bytes:rate2m{`+workloadSel+`}`, "rx "+workloadLegend),
+				target(`instance_id:container_network_transmit_bytes:rate2m{`+workloadSel+`}`, "tx "+workloadLegend)).
+				Min(0)).
+			WithPanel(timeseriesPanel("Disk I/O", "Bytes per second read and written to block devices (blkio; absent where the kernel keeps no per-cgroup block I/O statistics).", unitBytesPerSec,
+				target(`instance_id:container_fs_reads_bytes:rate2m{`+workloadSel+`}`, "read "+workloadLegend),
+				target(`instance_id:container_fs_writes_bytes:rate2m{`+workloadSel+`}`, "write "+workloadLegend)).
+				Min(0)).
+			WithPanel(timeseriesPanel("I/O pressure", "Share of time tasks of the workload waited on I/O (PSI). A data loader starved by storage shows here before the GPU goes idle.", unitPercentUnit,
+				target(`instance_id:container_pressure_io_waiting_seconds:rate2m{`+workloadSel+`}`, workloadLegend)).
+				Min(0))).
+		WithRow(dashboard.NewRowBuilder("GPU share per workload").
+			WithPanel(timeseriesPanel("GPU memory per workload", "Framebuffer memory held by the workload's processes, per GPU (per MIG instance on a GPU in MIG mode).", unitBytes,
+				target(`gpu:gpuscope_gpu_container_memory_used_bytes:avg1m{`+workloadSel+`}`, workloadGPULegend)).
+				Min(0)).
+			WithPanel(timeseriesPanel("SM share per workload", "SM utilisation of the workload's processes, per GPU (NVML process utilisation).", unitPercent,
+				target(`gpu:gpuscope_gpu_container_sm_utilization_percent:avg1m{`+workloadSel+`}`, workloadGPULegend)).
+				Min(0).Max(100)))
 }
 
 // workloadsOnGPUsPanel is one row per workload and GPU it uses: the

@@ -232,9 +232,9 @@ load 1m
 	require.NoError(t, err)
 	d, _ := set.Dashboard(UIDWorkloads)
 	var table *dashboard.Panel
-	for _, pr := range d.Panels {
-		if pr.Panel != nil && *pr.Panel.Title == "Runs" {
-			table = pr.Panel
+	for _, p := range allPanels(&d) {
+		if *p.Title == "Runs" {
+			table = p
 		}
 	}
 	require.NotNil(t, table, "a Runs table")
