@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -34,7 +36,6 @@ import (
 // The appliance the source document's small cluster would have: 16 nodes
 // of 8 GPUs, ten containers per node, scraped every 15 s for 24 hours.
 const (
-	nodes          = 16
 	gpusPerNode    = 8
 	containersNode = 10
 	scrape         = 15 * time.Second
@@ -46,16 +47,33 @@ const (
 	concurrency = 6
 )
 
-// BenchmarkDashboardLoad measures the time to run every query of each
-// built-in dashboard over 24 h (Grafana's default resolution, variables on
-// All, six queries in flight), once as shipped (reading the recording
-// rules) and once with every recording rule expanded into its raw
-// expression, as Grafana's "expand recording rules" would.
+// benchNodes is the number of nodes BenchmarkDashboardLoad holds: 16, or
+// GPUSCOPE_BENCH_NODES to see how a dashboard grows with the cluster (the
+// data of each count is generated once, into its own directory).
+func benchNodes(b *testing.B) int {
+	s := os.Getenv("GPUSCOPE_BENCH_NODES")
+	if s == "" {
+		return 16
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 512 {
+		b.Fatalf("GPUSCOPE_BENCH_NODES: want a whole number from 1 to 512, got %q", s)
+	}
+	return n
+}
+
+// BenchmarkDashboardLoad measures the time to run every query Grafana runs
+// when it opens each built-in dashboard over 24 h (Grafana's default
+// resolution, variables on All, six queries in flight; collapsed rows not
+// opened), once as shipped (reading the recording rules) and once with
+// every recording rule expanded into its raw expression, as Grafana's
+// "expand recording rules" would; for a dashboard with collapsed rows, a
+// third time with every row open.
 //
 //	go test -run '^$' -bench BenchmarkDashboardLoad -benchtime 5x -count 3 -timeout 60m ./bench/
 //
 // The first run generates the data (33 M scraped and 8 M recorded samples)
-// into $TMPDIR/gpuscope-bench-dashboards-v7 and reuses it after.
+// into $TMPDIR/gpuscope-bench-dashboards-v9 and reuses it after.
 func BenchmarkDashboardLoad(b *testing.B) {
 	db, end := benchData(b)
 	engine := promql.NewEngine(promql.EngineOpts{
@@ -72,11 +90,19 @@ func BenchmarkDashboardLoad(b *testing.B) {
 	r := dashboards.TimeRange{From: end.Add(-span), To: end, MaxDataPoints: maxDataPoints, ScrapeInterval: scrape}
 
 	for _, s := range set.List() {
-		qs := dashboardQueries(b, set, s.UID, db, engine, r)
-		requireData(b, engine, db, s.UID, qs, r)
-		for _, variant := range []string{"recorded", "raw"} {
+		qs := dashboardQueries(b, set, s.UID, db, engine, r, false)
+		all := dashboardQueries(b, set, s.UID, db, engine, r, true)
+		requireData(b, engine, db, s.UID, all, r)
+		variants := []string{"recorded", "raw"}
+		if len(all) > len(qs) {
+			variants = append(variants, "every-row-open")
+		}
+		for _, variant := range variants {
 			run := qs
-			if variant == "raw" {
+			switch variant {
+			case "every-row-open":
+				run = all
+			case "raw":
 				run = make([]benchQuery, len(qs))
 				for i, q := range qs {
 					run[i] = q
@@ -108,8 +134,10 @@ func (q benchQuery) query(engine *promql.Engine, db *tsdb.DB, r dashboards.TimeR
 }
 
 // dashboardQueries expands a dashboard's targets with every variable on
-// All, its values read from the data as Grafana's label_values does.
-func dashboardQueries(b *testing.B, set *dashboards.Set, uid string, db *tsdb.DB, engine *promql.Engine, r dashboards.TimeRange) []benchQuery {
+// All, its values read from the data as Grafana's label_values does. Those
+// of collapsed rows are left out, as Grafana runs them only once the row is
+// opened, unless openRows.
+func dashboardQueries(b *testing.B, set *dashboards.Set, uid string, db *tsdb.DB, engine *promql.Engine, r dashboards.TimeRange, openRows bool) []benchQuery {
 	d, _ := set.Dashboard(uid)
 	vars := map[string]dashboards.Selection{}
 	for _, v := range d.Templating.List {
@@ -122,13 +150,20 @@ func dashboardQueries(b *testing.B, set *dashboards.Set, uid string, db *tsdb.DB
 		vars[v.Name] = dashboards.Selection{Variable: dashboards.Variable{Name: v.Name, Multi: true, IncludeAll: true}, Values: vals, All: true}
 	}
 	var out []benchQuery
-	for _, p := range d.Panels {
-		if p.Panel == nil {
-			continue
-		}
-		for _, t := range p.Panel.Targets {
+	add := func(p *dashboard.Panel) {
+		for _, t := range p.Targets {
 			q := t.(prometheus.Dataquery)
-			out = append(out, benchQuery{panel: *p.Panel.Title, expr: dashboards.Interpolate(q.Expr, vars, r), instant: q.Instant != nil && *q.Instant})
+			out = append(out, benchQuery{panel: *p.Title, expr: dashboards.Interpolate(q.Expr, vars, r), instant: q.Instant != nil && *q.Instant})
+		}
+	}
+	for _, p := range d.Panels {
+		switch {
+		case p.Panel != nil:
+			add(p.Panel)
+		case p.RowPanel != nil && openRows:
+			for i := range p.RowPanel.Panels {
+				add(&p.RowPanel.Panels[i])
+			}
 		}
 	}
 	return out
@@ -296,7 +331,11 @@ func expandRecordingRules(b testing.TB, expr string, records map[string][]record
 // of retention would have it after a day: compacted blocks up to 36 h long
 // (a tenth of the retention).
 func benchData(b *testing.B) (*tsdb.DB, time.Time) {
-	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v7")
+	nodes := benchNodes(b)
+	dir := filepath.Join(os.TempDir(), "gpuscope-bench-dashboards-v9")
+	if nodes != 16 {
+		dir += fmt.Sprintf("-%dnodes", nodes)
+	}
 	opts := tsdb.DefaultOptions()
 	opts.RetentionDuration = (15 * 24 * time.Hour).Milliseconds()
 	opts.MaxBlockDuration = opts.RetentionDuration / 10
@@ -315,7 +354,7 @@ func benchData(b *testing.B) (*tsdb.DB, time.Time) {
 	db, err := tsdb.Open(dir, nil, nil, opts, nil)
 	require.NoError(b, err)
 	start := time.Now()
-	n := generate(b, db, end)
+	n := generate(b, db, end, nodes)
 	b.Logf("generated %d samples in %s", n, time.Since(start).Round(time.Second))
 	// Persist the head too: blocks backfilled over the head's time range
 	// would make the next open drop the head's samples below their end.
@@ -344,7 +383,7 @@ type series struct {
 
 // generate appends 24 h of synthetic samples in time order, as scrapes
 // would, for the series the dashboards and rules read.
-func generate(b *testing.B, db *tsdb.DB, end time.Time) int {
+func generate(b *testing.B, db *tsdb.DB, end time.Time, nodes int) int {
 	var all []series
 	add := func(value func(t time.Time, step int) float64, kv ...string) {
 		all = append(all, series{ls: labels.FromStrings(kv...), value: value})

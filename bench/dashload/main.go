@@ -8,7 +8,9 @@
 // /api/v1/label/<name>/values with match[] over the range, every variable
 // on All), then every target of every panel (hidden ones skipped) sent to
 // /api/v1/query_range over the range, or /api/v1/query at its end for
-// instant targets, six requests in flight as a browser allows. The step is
+// instant targets, six requests in flight as a browser allows. Panels of a
+// collapsed row are not loaded, as Grafana queries them only once the row
+// is opened; -open-rows loads them too, as if the user opened every row. The step is
 // Grafana's: the range over the panel's maxDataPoints (1000 unless set)
 // rounded to a nice interval, never below the panel's min interval, the
 // query's min step or the data source's scrape interval; start and end are
@@ -47,12 +49,18 @@ import (
 // Options says what to load and how often.
 type Options struct {
 	URL string
-	// Range is the dashboards' time range, ending now.
+	// Range is the dashboards' time range, ending now or at End.
 	Range time.Duration
+	// End, when set, ends the range there instead of now: data that
+	// ends in the past (a generated day) is loaded as if it were now.
+	End time.Time
 	// Every is the time between the starts of two rounds of loads.
 	Every time.Duration
 	// For is how long to keep loading; 0 loads once.
 	For time.Duration
+	// Rounds, when above 0, is the number of rounds instead, one straight
+	// after the other.
+	Rounds int
 	// ScrapeInterval is the data source's scrape interval (timeInterval).
 	ScrapeInterval time.Duration
 	// MaxDataPoints is a panel's default width in points.
@@ -61,6 +69,8 @@ type Options struct {
 	Concurrency int
 	// Timeout bounds one load.
 	Timeout time.Duration
+	// OpenRows loads the panels of collapsed rows too.
+	OpenRows bool
 }
 
 func main() {
@@ -68,12 +78,22 @@ func main() {
 	fs := flag.NewFlagSet("dashload", flag.ContinueOnError)
 	fs.StringVar(&o.URL, "url", "http://127.0.0.1:9090", "the appliance's base URL")
 	fs.DurationVar(&o.Range, "range", 24*time.Hour, "dashboard time range, ending now")
+	fs.Func("end", "end the range at this RFC 3339 time instead of now", func(s string) error {
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return fmt.Errorf("want an RFC 3339 time such as 2026-12-02T05:00:00Z, got %q", s)
+		}
+		o.End = t
+		return nil
+	})
 	fs.DurationVar(&o.Every, "every", time.Minute, "time between rounds of loads")
 	fs.DurationVar(&o.For, "for", 0, "how long to keep loading (0: one round)")
+	fs.IntVar(&o.Rounds, "rounds", 0, "load this many rounds one after the other instead (-every and -for unused)")
 	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", 15*time.Second, "the data source's scrape interval")
 	fs.IntVar(&o.MaxDataPoints, "max-data-points", 1000, "a panel's default maxDataPoints")
 	fs.IntVar(&o.Concurrency, "concurrency", 6, "requests in flight")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "limit for one dashboard load")
+	fs.BoolVar(&o.OpenRows, "open-rows", false, "load the panels of collapsed rows too, as if every row were opened")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -102,6 +122,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("-every: must be above 0, got %s", o.Every)
 	case o.For < 0:
 		return fmt.Errorf("-for: must be at least 0, got %s", o.For)
+	case o.Rounds < 0:
+		return fmt.Errorf("-rounds: must be at least 0, got %d", o.Rounds)
 	case o.ScrapeInterval <= 0:
 		return fmt.Errorf("-scrape-interval: must be above 0, got %s", o.ScrapeInterval)
 	case o.MaxDataPoints <= 0:
@@ -126,6 +148,7 @@ type board struct {
 
 type panel struct {
 	Title         string  `json:"title"`
+	Collapsed     bool    `json:"collapsed"`
 	Interval      string  `json:"interval"`
 	MaxDataPoints int     `json:"maxDataPoints"`
 	Panels        []panel `json:"panels"` // a collapsed row's panels
@@ -151,6 +174,9 @@ func (b board) targets(o Options) ([]target, error) {
 	var walk func([]panel) error
 	walk = func(ps []panel) error {
 		for _, p := range ps {
+			if p.Collapsed && !o.OpenRows {
+				continue
+			}
 			if err := walk(p.Panels); err != nil {
 				return err
 			}
@@ -238,6 +264,12 @@ func run(ctx context.Context, o Options, w io.Writer) error {
 			fmt.Fprintf(w, "load round=%d at=%s dashboard=%s queries=%d variables_ms=%d total_ms=%d\n",
 				round, start.UTC().Format(time.TimeOnly), b.UID, n, vars.Milliseconds(), total.Milliseconds())
 		}
+		if o.Rounds > 0 {
+			if round == o.Rounds {
+				break
+			}
+			continue
+		}
 		next := start.Add(o.Every)
 		if next.After(end) {
 			break
@@ -306,7 +338,11 @@ func load(ctx context.Context, prom promv1.API, b board, o Options) (int, time.D
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	now := time.Now()
-	r := dashboards.TimeRange{From: now.Add(-o.Range), To: now, MaxDataPoints: o.MaxDataPoints, ScrapeInterval: o.ScrapeInterval}
+	to := now
+	if !o.End.IsZero() {
+		to = o.End
+	}
+	r := dashboards.TimeRange{From: to.Add(-o.Range), To: to, MaxDataPoints: o.MaxDataPoints, ScrapeInterval: o.ScrapeInterval}
 	targets, err := b.targets(o)
 	if err != nil {
 		return 0, 0, 0, err

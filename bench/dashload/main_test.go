@@ -13,19 +13,29 @@ import (
 func TestTargets(t *testing.T) {
 	const js = `{"uid": "u", "panels": [
 	  {"title": "a", "targets": [{"expr": "up"}, {"expr": "hidden", "hide": true}, {"expr": ""}]},
-	  {"title": "row", "type": "row", "panels": [
+	  {"title": "row", "type": "row", "collapsed": true, "panels": [
 	    {"title": "b", "interval": "5m", "maxDataPoints": 100, "targets": [{"expr": "x", "instant": true}]},
 	    {"title": "c", "targets": [{"expr": "y", "interval": ">2m"}]}
-	  ]}
+	  ]},
+	  {"title": "open row", "type": "row", "collapsed": false, "panels": []},
+	  {"title": "d", "targets": [{"expr": "z"}]}
 	]}`
 	var b board
 	require.NoError(t, json.Unmarshal([]byte(js), &b))
+	// As Grafana opens it: a collapsed row's panels wait until it is opened.
 	got, err := b.targets(Options{MaxDataPoints: 1000})
+	require.NoError(t, err)
+	require.Equal(t, []target{
+		{panel: "a", expr: "up", maxDataPoints: 1000},
+		{panel: "d", expr: "z", maxDataPoints: 1000},
+	}, got)
+	got, err = b.targets(Options{MaxDataPoints: 1000, OpenRows: true})
 	require.NoError(t, err)
 	require.Equal(t, []target{
 		{panel: "a", expr: "up", maxDataPoints: 1000},
 		{panel: "b", expr: "x", instant: true, minInterval: 5 * time.Minute, maxDataPoints: 100},
 		{panel: "c", expr: "y", minStep: 2 * time.Minute, maxDataPoints: 1000},
+		{panel: "d", expr: "z", maxDataPoints: 1000},
 	}, got)
 
 	b.Panels[0].Interval = "soon"
@@ -90,6 +100,7 @@ func TestValidate(t *testing.T) {
 		{"url without scheme", func(o *Options) { o.URL = "127.0.0.1:9090" }, "-url"},
 		{"no range", func(o *Options) { o.Range = 0 }, "-range"},
 		{"negative for", func(o *Options) { o.For = -time.Second }, "-for"},
+		{"negative rounds", func(o *Options) { o.Rounds = -1 }, "-rounds"},
 		{"no concurrency", func(o *Options) { o.Concurrency = 0 }, "-concurrency"},
 		{"no points", func(o *Options) { o.MaxDataPoints = 0 }, "-max-data-points"},
 	} {

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Opens the built-in dashboards over a full day of a cluster's data through
+# the real appliance and its HTTP API, as Grafana would: the figure
+# bench/cluster.sh can give only after running for 24 hours.
+#
+#   bench/dayload.sh [nodes=64] [loads=5]
+#
+# The day is BenchmarkDashboardLoad's (bench/dashboards_test.go): NODES
+# nodes of 8 GPUs and 10 containers each, every series the dashboards read
+# at 15 s for 24 h, the built-in recording rules backfilled over it and
+# compacted as a running appliance would have it. It is generated once
+# (minutes; about 1 GB at 64 nodes) into
+# $TMPDIR/gpuscope-bench-dashboards-v9[-NNnodes] by running the benchmark's
+# cheapest case, and reused after. A copy of it becomes the data directory
+# of `gpuscope serve` (its own collectors off, the built-in rules on), and
+# bench/dashload opens each dashboard LOADS times over the 24 h that end
+# where the data ends (variables on All, Grafana's step, six requests in
+# flight), first as Grafana opens it (collapsed rows closed), then with
+# every row opened. It prints each dashboard's median and maximum load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  echo "usage: bench/dayload.sh [nodes=64] [loads=5]" >&2
+  echo "bench/dayload.sh: $1" >&2
+  exit 2
+}
+posint() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+(($# <= 2)) || usage "at most two arguments, got $#"
+nodes=${1:-64}
+{ posint "$nodes" && ((nodes <= 512)); } || usage "nodes must be a whole number from 1 to 512, got '$nodes'"
+loads=${2:-5}
+posint "$loads" || usage "loads must be a whole number above 0, got '$loads'"
+
+source bench/lib.sh
+dashload=${DASHLOAD_BIN:-}
+if [[ -z "$dashload" ]]; then
+  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/dashload" ./bench/dashload
+  dashload="$work/dashload"
+fi
+
+day=${TMPDIR:-/tmp}/gpuscope-bench-dashboards-v9
+((nodes == 16)) || day+="-${nodes}nodes"
+if [[ ! -f "$day/complete" ]]; then
+  echo "$me: generating $nodes nodes' day into $day (minutes)" >&2
+  GPUSCOPE_BENCH_NODES=$nodes CGO_CFLAGS="-Wno-deprecated-declarations" \
+    go test -run '^$' -bench 'BenchmarkDashboardLoad/gpuscope-self/recorded' -benchtime 1x -timeout 90m ./bench/ >&2
+fi
+end=$(cat "$day/complete")
+
+# The copy is the appliance's to compact and extend; the day stays as it is.
+cp -a "$day" "$work/data"
+rm -f "$work/data/complete"
+cat >"$work/serve.yml" <<EOF
+global:
+  scrape_interval: 15s
+cadvisor: {enabled: false}
+gpu: {backend: none}
+rules: {builtin: {enabled: true}}
+EOF
+port=$(freeport)
+"$bin" serve --config.file="$work/serve.yml" --web.listen-address=127.0.0.1:$port \
+  --storage.tsdb.path="$work/data" --node.name=appliance >"$work/serve.log" 2>&1 &
+pid=$!; pids+=($pid)
+until curl -sf "http://127.0.0.1:$port/-/ready" >/dev/null; do
+  kill -0 "$pid" 2>/dev/null || { echo "$me: the appliance stopped; the end of its log:" >&2; tail -5 "$work/serve.log" >&2; exit 1; }
+  sleep 0.5
+done
+echo "nodes=$nodes day_end=$end load_average=$(cut -d' ' -f1-3 /proc/loadavg)"
+
+for mode in closed open; do
+  flags=()
+  [[ $mode == open ]] && flags=(-open-rows)
+  # Rounds one after the other: one dashboard load at a time.
+  "$dashload" -url "http://127.0.0.1:$port" -range 24h -end "$end" -rounds "$loads" \
+    "${flags[@]}" >"$work/dashload-$mode.out" ||
+    { echo "$me: dashboard loads failed; the end of the appliance's log:" >&2; tail -5 "$work/serve.log" >&2; exit 1; }
+  sed -n "s/^dashboard=/rows=$mode dashboard=/p" "$work/dashload-$mode.out"
+done
+echo "load_average_at_end=$(cut -d' ' -f1-3 /proc/loadavg)"
