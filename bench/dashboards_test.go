@@ -122,6 +122,9 @@ func BenchmarkDashboardLoad(b *testing.B) {
 type benchQuery struct {
 	panel, expr string
 	instant     bool
+	// maxDataPoints is the panel's own, if it sets one: Grafana's step
+	// comes from it instead of the panel's width.
+	maxDataPoints int
 }
 
 // query is the panel's query as Grafana sends it: instant at the end of
@@ -129,6 +132,9 @@ type benchQuery struct {
 func (q benchQuery) query(engine *promql.Engine, db *tsdb.DB, r dashboards.TimeRange) (promql.Query, error) {
 	if q.instant {
 		return engine.NewInstantQuery(context.Background(), db, nil, q.expr, r.To)
+	}
+	if q.maxDataPoints > 0 {
+		r.MaxDataPoints = q.maxDataPoints
 	}
 	return engine.NewRangeQuery(context.Background(), db, nil, q.expr, r.From, r.To, r.Interval())
 }
@@ -153,7 +159,14 @@ func dashboardQueries(b *testing.B, set *dashboards.Set, uid string, db *tsdb.DB
 	add := func(p *dashboard.Panel) {
 		for _, t := range p.Targets {
 			q := t.(prometheus.Dataquery)
-			out = append(out, benchQuery{panel: *p.Title, expr: dashboards.Interpolate(q.Expr, vars, r), instant: q.Instant != nil && *q.Instant})
+			bq := benchQuery{panel: *p.Title, instant: q.Instant != nil && *q.Instant}
+			pr := r
+			if p.MaxDataPoints != nil {
+				bq.maxDataPoints = int(*p.MaxDataPoints)
+				pr.MaxDataPoints = bq.maxDataPoints
+			}
+			bq.expr = dashboards.Interpolate(q.Expr, vars, pr)
+			out = append(out, bq)
 		}
 	}
 	for _, p := range d.Panels {

@@ -15,8 +15,9 @@
 # of `gpuscope serve` (its own collectors off, the built-in rules on), and
 # bench/dashload opens each dashboard LOADS times over the 24 h that end
 # where the data ends (variables on All, Grafana's step, six requests in
-# flight), first as Grafana opens it (collapsed rows closed), then with
-# every row opened. It prints each dashboard's median and maximum load.
+# flight): as Grafana opens it (collapsed rows closed), the same with the
+# answers read but not decoded (the appliance's part), and with every row
+# opened. It prints each dashboard's median and maximum load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,9 +69,13 @@ until curl -sf "http://127.0.0.1:$port/-/ready" >/dev/null; do
 done
 echo "nodes=$nodes day_end=$end load_average=$(cut -d' ' -f1-3 /proc/loadavg)"
 
-for mode in closed open; do
+# closed: as Grafana opens the dashboards, answers decoded as a Go client
+# decodes them (on the same cores); undecoded: the same, answers read but
+# not decoded, the appliance's part alone; open: every collapsed row open.
+for mode in closed undecoded open; do
   flags=()
   [[ $mode == open ]] && flags=(-open-rows)
+  [[ $mode == undecoded ]] && flags=(-decode=false)
   # Rounds one after the other: one dashboard load at a time.
   "$dashload" -url "http://127.0.0.1:$port" -range 24h -end "$end" -rounds "$loads" \
     "${flags[@]}" >"$work/dashload-$mode.out" ||

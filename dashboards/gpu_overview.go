@@ -13,6 +13,13 @@ const gpuSel = `instance=~"$instance", gpu=~"$gpu"`
 // GPUs in the per-GPU rows only.
 const nodeSel = `instance=~"$instance"`
 
+// fleetPoints is the fleet graphs' maxDataPoints: a day of one line per
+// node at a point per two minutes, about one per two pixels of a
+// half-width panel, where Grafana's default (the panel's width in pixels)
+// may ask for one a minute. At 64 nodes that halves what a day's load
+// encodes and sends (BENCHMARKS.md).
+const fleetPoints = 500
+
 const gpuLegend = "{{instance}} GPU {{gpu}}"
 
 const nodeLegend = "{{instance}}"
@@ -43,28 +50,32 @@ func gpuOverview() *dashboard.DashboardBuilder {
 		WithVariable(labelVariable("instance", "Node", `label_values(DCGM_FI_DEV_GPU_TEMP, instance)`)).
 		WithVariable(labelVariable("gpu", "GPU", `label_values(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance"}, gpu)`)).
 		WithRow(dashboard.NewRowBuilder("Fleet")).
-		WithPanel(statPanel("GPUs", "GPUs reporting on the selected nodes.", unitCount,
-			target(`sum(instance:dcgm_fi_dev_gpu_temp:count1m{`+nodeSel+`})`, "GPUs"))).
-		WithPanel(statPanel("Mean utilisation", "Mean GPU utilisation of the selected nodes' GPUs. A GPU in MIG mode counts once, as the mean of its instances' engine activity.", unitPercent,
-			target(`sum(instance:dcgm_fi_dev_gpu_util:avg1m{`+nodeSel+`} * instance:dcgm_fi_dev_gpu_util:count1m{`+nodeSel+`}) / sum(instance:dcgm_fi_dev_gpu_util:count1m{`+nodeSel+`})`, "utilisation")).
+		WithPanel(nowStatPanel("GPUs", "GPUs reporting on the selected nodes now.", unitCount,
+			`sum(instance:dcgm_fi_dev_gpu_temp:count1m{`+nodeSel+`})`, "GPUs")).
+		WithPanel(nowStatPanel("Mean utilisation", "Mean GPU utilisation of the selected nodes' GPUs now. A GPU in MIG mode counts once, as the mean of its instances' engine activity.", unitPercent,
+			`sum(instance:dcgm_fi_dev_gpu_util:avg1m{`+nodeSel+`} * instance:dcgm_fi_dev_gpu_util:count1m{`+nodeSel+`}) / sum(instance:dcgm_fi_dev_gpu_util:count1m{`+nodeSel+`})`, "utilisation").
 			Thresholds(thresholds(95)).Min(0).Max(100)).
-		WithPanel(statPanel("Power", "Total power draw of the selected nodes' GPUs.", unitWatt,
-			target(`sum(instance:dcgm_fi_dev_power_usage:avg1m{`+nodeSel+`})`, "power"))).
-		WithPanel(statPanel("Hottest GPU", "Highest GPU temperature on the selected nodes; the alert fires above 85 °C for 10 minutes.", unitCelsius,
-			target(`max(instance:dcgm_fi_dev_gpu_temp:max1m{`+nodeSel+`})`, "temperature")).
+		WithPanel(nowStatPanel("Power", "Total power draw of the selected nodes' GPUs now.", unitWatt,
+			`sum(instance:dcgm_fi_dev_power_usage:avg1m{`+nodeSel+`})`, "power")).
+		WithPanel(nowStatPanel("Hottest GPU", "Highest GPU temperature on the selected nodes now; the alert fires above 85 °C for 10 minutes.", unitCelsius,
+			`max(instance:dcgm_fi_dev_gpu_temp:max1m{`+nodeSel+`})`, "temperature").
 			Thresholds(thresholds(85))).
 		WithPanel(timeseriesPanel("Utilisation by node", "Mean GPU utilisation of each node's GPUs (a GPU in MIG mode counts once, as the mean of its instances' engine activity). Open \"Utilisation and memory per GPU\" for each GPU.", unitPercent,
 			target(`instance:dcgm_fi_dev_gpu_util:avg1m{`+nodeSel+`}`, nodeLegend)).
-			Min(0).Max(100).Thresholds(thresholds(95))).
+			Min(0).Max(100).Thresholds(thresholds(95)).
+			MaxDataPoints(fleetPoints)).
 		WithPanel(timeseriesPanel("Fullest GPU framebuffer by node", "Share of memory in use on each node's fullest GPU (or MIG instance). Above 90% for 10 minutes on a GPU raises GPUMemoryAlmostFull.", unitPercentUnit,
 			target(`instance:dcgm_fi_dev_fb_used:max_ratio_avg1m{`+nodeSel+`}`, nodeLegend)).
-			Min(0).Max(1).Thresholds(thresholds(0.9))).
+			Min(0).Max(1).Thresholds(thresholds(0.9)).
+			MaxDataPoints(fleetPoints)).
 		WithPanel(timeseriesPanel("Hottest GPU by node", "Temperature of each node's hottest GPU. Above 85 °C for 10 minutes on a GPU raises GPUTemperatureHigh.", unitCelsius,
 			target(`instance:dcgm_fi_dev_gpu_temp:max1m{`+nodeSel+`}`, nodeLegend)).
-			Thresholds(thresholds(85))).
+			Thresholds(thresholds(85)).
+			MaxDataPoints(fleetPoints)).
 		WithPanel(timeseriesPanel("Power by node", "Power draw of each node's GPUs together.", unitWatt,
 			target(`instance:dcgm_fi_dev_power_usage:avg1m{`+nodeSel+`}`, nodeLegend)).
-			Min(0)).
+			Min(0).
+			MaxDataPoints(fleetPoints)).
 		WithRow(dashboard.NewRowBuilder("Utilisation and memory per GPU").
 			WithPanel(timeseriesPanel("GPU utilisation", "DCGM_FI_DEV_GPU_UTIL: share of time a kernel ran. Above 95% for 5 minutes raises GPUSMUtilizationHigh. A GPU in MIG mode has no GPU_UTIL: each of its instances shows its graphics engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE).", unitPercent,
 				target(`gpu:dcgm_fi_dev_gpu_util:avg1m{`+gpuSel+`}`, gpuInstanceLegend)).

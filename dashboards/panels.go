@@ -85,6 +85,14 @@ func timeseriesPanel(title, description, unit string, targets ...*prometheus.Dat
 	return p
 }
 
+// nowStatPanel is a single value now, without a sparkline: one instant
+// query, for stats whose history a graph beside them already draws.
+func nowStatPanel(title, description, unit, expr, legend string) *stat.PanelBuilder {
+	return statPanel(title, description, unit,
+		prometheus.NewDataqueryBuilder().Datasource(datasource).Expr(expr).LegendFormat(legend).Instant()).
+		GraphMode(common.BigValueGraphModeNone)
+}
+
 // statPanel is a single value.
 func statPanel(title, description, unit string, t *prometheus.DataqueryBuilder) *stat.PanelBuilder {
 	return stat.NewPanelBuilder().

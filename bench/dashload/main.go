@@ -24,6 +24,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,9 +32,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,6 +74,10 @@ type Options struct {
 	Timeout time.Duration
 	// OpenRows loads the panels of collapsed rows too.
 	OpenRows bool
+	// Decode decodes each answer as a Go client (client_golang) does; off,
+	// answers are read but not decoded, which times the appliance's part
+	// of a load apart from the client's (Grafana's) JSON decoding.
+	Decode bool
 }
 
 func main() {
@@ -94,6 +101,7 @@ func main() {
 	fs.IntVar(&o.Concurrency, "concurrency", 6, "requests in flight")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "limit for one dashboard load")
 	fs.BoolVar(&o.OpenRows, "open-rows", false, "load the panels of collapsed rows too, as if every row were opened")
+	fs.BoolVar(&o.Decode, "decode", true, "decode each answer as a Go client does (false: read it only, timing the appliance's part)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -255,7 +263,7 @@ func run(ctx context.Context, o Options, w io.Writer) error {
 	for round := 1; ; round++ {
 		start := time.Now()
 		for _, b := range boards {
-			n, vars, total, err := load(ctx, prom, b, o)
+			n, vars, total, err := load(ctx, client, prom, b, o)
 			if err != nil {
 				return fmt.Errorf("round %d: %s: %w", round, b.UID, err)
 			}
@@ -334,7 +342,7 @@ func getJSON(ctx context.Context, url string, v any) error {
 // load opens one dashboard: variables, then every panel's queries. It
 // returns the number of queries, the time to resolve the variables and
 // the whole load's time.
-func load(ctx context.Context, prom promv1.API, b board, o Options) (int, time.Duration, time.Duration, error) {
+func load(ctx context.Context, client api.Client, prom promv1.API, b board, o Options) (int, time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	now := time.Now()
@@ -387,9 +395,12 @@ func load(ctx context.Context, prom promv1.API, b board, o Options) (int, time.D
 			defer wg.Done()
 			defer func() { <-sem }()
 			var err error
-			if t.instant {
+			switch {
+			case !o.Decode:
+				err = answer(ctx, client, t.instant, expr, rng, r.To)
+			case t.instant:
 				_, _, _, err = prom.Query(ctx, expr, r.To)
-			} else {
+			default:
 				_, _, _, err = prom.QueryRange(ctx, expr, rng)
 			}
 			if err != nil {
@@ -401,4 +412,29 @@ func load(ctx context.Context, prom promv1.API, b board, o Options) (int, time.D
 	}
 	wg.Wait()
 	return len(targets), varTime, time.Since(now), errors.Join(errs...)
+}
+
+// answer sends one query as promv1 would (a form POST) and reads the whole
+// answer without decoding it, only checking that it succeeded.
+func answer(ctx context.Context, client api.Client, instant bool, expr string, rng promv1.Range, at time.Time) error {
+	seconds := func(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', -1, 64) }
+	path, form := "/api/v1/query", url.Values{"query": {expr}, "time": {seconds(at)}}
+	if !instant {
+		path = "/api/v1/query_range"
+		form = url.Values{"query": {expr}, "start": {seconds(rng.Start)}, "end": {seconds(rng.End)},
+			"step": {strconv.FormatFloat(rng.Step.Seconds(), 'f', -1, 64)}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, client.URL(path, nil).String(), strings.NewReader(form.Encode()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, body, err := client.Do(ctx, req)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.HasPrefix(body, []byte(`{"status":"success"`)) {
+		return fmt.Errorf("%s: %.300s", resp.Status, body)
+	}
+	return nil
 }
