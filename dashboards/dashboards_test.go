@@ -74,6 +74,17 @@ func strict(err error) error {
 
 var grafanaVars = regexp.MustCompile(`\$(__rate_interval|__interval|__range|instance|gpu|runtime|workload)\b`)
 
+// asPromQL replaces a target's Grafana variables with values PromQL parses:
+// a duration for the $__ macros, ".*" for the dashboard's variables.
+func asPromQL(expr string) string {
+	return grafanaVars.ReplaceAllStringFunc(expr, func(v string) string {
+		if strings.HasPrefix(v, "$__") {
+			return "5m"
+		}
+		return ".*"
+	})
+}
+
 // TestPanels checks what every panel must have: a unique stable uid per
 // dashboard, a unit, queries on the datasource variable, refIds, and
 // PromQL that parses once Grafana's variables are substituted.
@@ -107,13 +118,7 @@ func TestPanels(t *testing.T) {
 				require.True(t, ok, title)
 				require.Equal(t, "${datasource}", *q.Datasource.Uid, title)
 				require.NotNil(t, q.RefId, title)
-				expr := grafanaVars.ReplaceAllStringFunc(q.Expr, func(v string) string {
-					if strings.HasPrefix(v, "$__") {
-						return "5m"
-					}
-					return ".*"
-				})
-				_, err := promql.ParseExpr(expr)
+				_, err := promql.ParseExpr(asPromQL(q.Expr))
 				require.NoError(t, err, "%s: %s", title, q.Expr)
 			}
 		}

@@ -33,12 +33,7 @@ func TestMIGInstances(t *testing.T) {
 			title := s.UID + " / " + *panel.Title
 			for _, tg := range panel.Targets {
 				q := tg.(prometheus.Dataquery)
-				expr, err := p.ParseExpr(grafanaVars.ReplaceAllStringFunc(q.Expr, func(v string) string {
-					if strings.HasPrefix(v, "$__") {
-						return "5m"
-					}
-					return ".*"
-				}))
+				expr, err := p.ParseExpr(asPromQL(q.Expr))
 				require.NoError(t, err, "%s: %s", title, q.Expr)
 				var reads bool
 				var groupings [][]string

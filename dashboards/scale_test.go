@@ -38,12 +38,7 @@ func TestOpensOnNodesNotEntities(t *testing.T) {
 				if q.Instant != nil && *q.Instant {
 					continue
 				}
-				expr, err := p.ParseExpr(grafanaVars.ReplaceAllStringFunc(q.Expr, func(v string) string {
-					if strings.HasPrefix(v, "$__") {
-						return "5m"
-					}
-					return ".*"
-				}))
+				expr, err := p.ParseExpr(asPromQL(q.Expr))
 				require.NoError(t, err, q.Expr)
 				require.True(t, perNodeOrCoarser(expr), "%s / %s draws a line per GPU or workload on open: %s", uid, *pr.Panel.Title, q.Expr)
 				checked++
