@@ -67,11 +67,7 @@ else
 fi
 
 source bench/lib.sh
-dashload=${DASHLOAD_BIN:-}
-if [[ -z "$dashload" ]]; then
-  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/dashload" ./bench/dashload
-  dashload="$work/dashload"
-fi
+dashload_build
 
 if [[ -n "$steps" ]]; then
   # One child per count, each with its own processes and work directory

@@ -352,6 +352,8 @@ func benchData(b *testing.B) (*tsdb.DB, time.Time) {
 	opts := tsdb.DefaultOptions()
 	opts.RetentionDuration = (15 * 24 * time.Hour).Milliseconds()
 	opts.MaxBlockDuration = opts.RetentionDuration / 10
+	// bench/dayload.sh reads the directory from this line.
+	b.Logf("day of data in %s", dir)
 	stamp := filepath.Join(dir, "complete")
 	if t, err := os.ReadFile(stamp); err == nil {
 		end, err := time.Parse(time.RFC3339, string(t))

@@ -9,11 +9,10 @@
 # nodes of 8 GPUs and 10 containers each, every series the dashboards read
 # at 15 s for 24 h, the built-in recording rules backfilled over it and
 # compacted as a running appliance would have it. It is generated once
-# (minutes; about 1 GB at 64 nodes) into
-# $TMPDIR/gpuscope-bench-dashboards-v9[-NNnodes] by running the benchmark's
-# cheapest case, and reused after. A copy of it becomes the data directory
-# of `gpuscope serve` (its own collectors off, the built-in rules on), and
-# bench/dashload opens each dashboard LOADS times over the 24 h that end
+# (minutes; about 1 GB at 64 nodes) under $TMPDIR by running the
+# benchmark's cheapest case, and reused after. A copy of it becomes the
+# data directory of `gpuscope serve` (its own collectors off, the
+# built-in rules on), and bench/dashload opens each dashboard LOADS times over the 24 h that end
 # where the data ends (variables on All, Grafana's step, six requests in
 # flight): as Grafana opens it (collapsed rows closed), the same with the
 # answers read but not decoded (the appliance's part), and with every row
@@ -34,19 +33,17 @@ loads=${2:-5}
 posint "$loads" || usage "loads must be a whole number above 0, got '$loads'"
 
 source bench/lib.sh
-dashload=${DASHLOAD_BIN:-}
-if [[ -z "$dashload" ]]; then
-  CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/dashload" ./bench/dashload
-  dashload="$work/dashload"
-fi
+dashload_build
 
-day=${TMPDIR:-/tmp}/gpuscope-bench-dashboards-v9
-((nodes == 16)) || day+="-${nodes}nodes"
-if [[ ! -f "$day/complete" ]]; then
-  echo "$me: generating $nodes nodes' day into $day (minutes)" >&2
-  GPUSCOPE_BENCH_NODES=$nodes CGO_CFLAGS="-Wno-deprecated-declarations" \
-    go test -run '^$' -bench 'BenchmarkDashboardLoad/gpuscope-self/recorded' -benchtime 1x -timeout 90m ./bench/ >&2
-fi
+# The benchmark's cheapest case opens the day, generating it the first
+# time, and names its directory: the name (and its data version) is the
+# benchmark's to keep.
+echo "$me: opening $nodes nodes' day (generated the first time: minutes)" >&2
+GPUSCOPE_BENCH_NODES=$nodes CGO_CFLAGS="-Wno-deprecated-declarations" \
+  go test -run '^$' -bench 'BenchmarkDashboardLoad/gpuscope-self/recorded' -benchtime 1x -timeout 90m -v ./bench/ >"$work/bench.out" 2>&1 ||
+  { echo "$me: the benchmark failed:" >&2; tail -20 "$work/bench.out" >&2; exit 1; }
+day=$(sed -n 's/.*day of data in \(.*\)$/\1/p' "$work/bench.out" | head -1)
+[[ -f "$day/complete" ]] || { echo "$me: the benchmark named no finished day of data:" >&2; tail -20 "$work/bench.out" >&2; exit 1; }
 end=$(cat "$day/complete")
 
 # The copy is the appliance's to compact and extend; the day stays as it is.

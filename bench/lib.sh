@@ -24,6 +24,16 @@ ready() { until curl -sf "http://127.0.0.1:$1/-/ready" >/dev/null; do sleep 0.2;
 # median: of the numbers on stdin, one per line: "median min max".
 median() { sort -n | awk '{v[NR]=$1} END{m=(NR%2)? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; print m, v[1], v[NR]}'; }
 
+# dashload_build: sets dashload to $DASHLOAD_BIN, or to bench/dashload
+# built into the work directory.
+dashload_build() {
+  dashload=${DASHLOAD_BIN:-}
+  if [[ -z "$dashload" ]]; then
+    CGO_CFLAGS="-Wno-deprecated-declarations" go build -o "$work/dashload" ./bench/dashload
+    dashload="$work/dashload"
+  fi
+}
+
 # The neighbour programs, built outside the main module and cached under
 # $bench_cache (keyed by version), so a second run starts at once.
 bench_cache=${XDG_CACHE_HOME:-$HOME/.cache}/gpuscope-bench
