@@ -19,7 +19,7 @@ func (a *appliance) accountingGroup() (*rules.Group, bool) {
 // runningGroup is the rule group named name as the rule manager runs it
 // now, after reloads and rules.builtin's filters.
 func (a *appliance) runningGroup(name string) (*rules.Group, bool) {
-	for _, g := range a.rules.Manager().RuleGroups() {
+	for _, g := range a.rules.Prometheus().RuleGroups() {
 		if g.Name() == name {
 			return g, true
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // The README is what a newcomer reads first; these tests keep the parts
@@ -111,7 +111,7 @@ type packRule struct {
 func loadPack(t *testing.T) (alerts, records map[string]packRule, files []string) {
 	t.Helper()
 	alerts, records = map[string]packRule{}, map[string]packRule{}
-	for _, f := range query.Pack() {
+	for _, f := range rules.Pack() {
 		files = append(files, f.Name)
 		groups, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
 		require.Empty(t, errs, f.Name)

@@ -9,7 +9,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/model"
 
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // rulesExportCommand is `gpuscope rules export [DIR]`: the built-in rule
@@ -21,13 +21,13 @@ func rulesExportCommand(app *kingpin.Application) command {
 	dir := c.Arg("dir", "Directory to write the rule files into (created if missing). Default: print one file to stdout.").String()
 	return command{clause: c, run: func(*slog.Logger) error {
 		if *dir == "" {
-			_, err := os.Stdout.Write(query.PackAsOneFile())
+			_, err := os.Stdout.Write(rules.PackAsOneFile())
 			return err
 		}
 		if err := os.MkdirAll(*dir, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", *dir, err)
 		}
-		for _, f := range query.Pack() {
+		for _, f := range rules.Pack() {
 			p := filepath.Join(*dir, f.Name)
 			if err := os.WriteFile(p, f.Data, 0o644); err != nil {
 				return fmt.Errorf("write rule file: %w", err)
@@ -47,7 +47,7 @@ func checkRulesCommand(app *kingpin.Application) command {
 	return command{clause: c, run: func(*slog.Logger) error {
 		failed := 0
 		for _, f := range *files {
-			if err := query.CheckRuleFiles([]string{f}, model.UTF8Validation); err != nil {
+			if err := rules.CheckRuleFiles([]string{f}, model.UTF8Validation); err != nil {
 				fmt.Fprintf(os.Stderr, "FAILED: %s\n", err)
 				failed++
 				continue

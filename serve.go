@@ -39,6 +39,7 @@ import (
 	"github.com/gpuscope/gpuscope/doctor"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/gpuscope/gpuscope/storage"
@@ -168,10 +169,10 @@ type appliance struct {
 	fanout     promstorage.Storage // TSDB + remote storage: scrape, rule and push appends, queries
 	engine     *query.Engine
 	scraper    *scrape.Scraper
-	notifier   *query.Notifier
-	rules      *query.Rules
+	notifier   *rules.Notifier
+	rules      *rules.Manager
 	collectors *nodeCollectors
-	health     *healthBlock
+	health     *doctor.Cache
 
 	config         atomic.Pointer[config.Config]
 	reloadSuccess  prometheus.Gauge
@@ -299,7 +300,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 
 	// Alert delivery has its own discovery of Alertmanagers, sharing the
 	// service discovery metrics with scraping as in Prometheus.
-	a.notifier, err = query.NewNotifier(query.NotifierOptions{
+	a.notifier, err = rules.NewNotifier(rules.NotifierOptions{
 		Logger:          logger,
 		Registerer:      a.registry,
 		SDMetrics:       sdMetrics,
@@ -310,7 +311,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 		a.close()
 		return nil, err
 	}
-	a.rules, err = query.NewRules(query.RulesOptions{
+	a.rules, err = rules.NewManager(rules.Options{
 		Logger:          logger,
 		Registerer:      a.registry,
 		Engine:          a.engine,
@@ -364,7 +365,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 			TSDB:          a.ready,
 			TSDBDir:       f.dataDir,
 			ScrapeManager: a.scraper.Manager(),
-			RuleManager:   a.rules.Manager(),
+			RuleManager:   a.rules.Prometheus(),
 			Notifier:      a.notifier.Manager(),
 			Config:        func() promconfig.Config { return *a.config.Load().Prometheus },
 			Flags:         f.flagValues(),
@@ -418,7 +419,7 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 func (a *appliance) close() error {
 	var errs []error
 	if a.health != nil {
-		a.health.wait()
+		a.health.Wait()
 	}
 	if a.remote != nil {
 		errs = append(errs, a.remote.Close())
@@ -684,7 +685,7 @@ func (a *appliance) healthChecks() func(ctx context.Context) []web.HealthCheck {
 	if a.flags.webConfigFile != "" {
 		self = ""
 	}
-	a.health = newHealthBlock(func(ctx context.Context) []doctor.Check {
+	a.health = doctor.NewCache(func(ctx context.Context) []doctor.Check {
 		return doctor.Run(ctx, doctor.Options{
 			Config:        a.config.Load(),
 			Logger:        a.logger.With("component", "doctor"),
@@ -693,8 +694,14 @@ func (a *appliance) healthChecks() func(ctx context.Context) []web.HealthCheck {
 			ListenAddress: a.flags.listenAddress,
 			URL:           self,
 		})
-	})
-	return a.health.Checks
+	}, 0)
+	return func(ctx context.Context) []web.HealthCheck {
+		var out []web.HealthCheck
+		for _, c := range a.health.Checks(ctx) {
+			out = append(out, web.HealthCheck(c))
+		}
+		return out
+	}
 }
 
 func (a *appliance) runtimeInfo() (apiv1.RuntimeInfo, error) {

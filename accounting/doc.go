@@ -6,7 +6,7 @@
 // each cgroup's start, last sighting, CPU and memory; the GPU collector's
 // per-container series say which cgroup held which GPU and its SM share;
 // the recording rules of the built-in group gpuscope.accounting
-// (query/pack/accounting.yml) sample, once per evaluation interval, what
+// (rules/pack/accounting.yml) sample, once per evaluation interval, what
 // each workload holds and its share of each GPU's power, so the report
 // integrates them (value × interval, summed over the range) and reads a
 // week of a cluster in a few queries. Alerts that named a workload are in

@@ -23,7 +23,7 @@ import (
 )
 
 // The recorded series of the gpuscope.accounting rule group that the
-// report integrates; query/pack/accounting.yml defines them.
+// report integrates; rules/pack/accounting.yml defines them.
 const (
 	seriesGPUHeld    = "gpu_workload:gpu_held:present"
 	seriesSMShare    = "gpu_workload:gpu_sm_share:ratio"

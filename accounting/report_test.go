@@ -21,7 +21,7 @@ import (
 
 // packFile is the built-in rule file whose gpuscope.accounting group the
 // report integrates.
-const packFile = "../query/pack/accounting.yml"
+const packFile = "../rules/pack/accounting.yml"
 
 // evalAccounting runs the real gpuscope.accounting group (and, before
 // it, any extra rules) over st every interval from start to end, as the
@@ -36,7 +36,7 @@ func evalAccounting(t *testing.T, st storage.Storage, engine *promql.Engine, sta
 }
 
 // evalPackGroup evaluates the recording rules of the pack's group name
-// (its alerts have unit tests of their own in query/pack/tests) at each
+// (its alerts have unit tests of their own in rules/pack/tests) at each
 // of times, with the group's query offset, after any extra rules.
 func evalPackGroup(t *testing.T, st storage.Storage, engine *promql.Engine, name string, interval time.Duration, times []time.Time, extra ...rules.Rule) {
 	t.Helper()

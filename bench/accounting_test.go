@@ -20,13 +20,14 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/rules"
+	promrules "github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 	"github.com/gpuscope/gpuscope/workload"
 )
 
@@ -384,8 +385,8 @@ func compactAccounting(b *testing.B, dir string, opts *tsdb.Options) {
 // it) and writes what they record as one block.
 func generateRollup(b *testing.B, dir string, opts *tsdb.Options, end time.Time) int {
 	p := parser.NewParser(parser.Options{})
-	var rs []*rules.RecordingRule
-	for _, f := range query.Pack() {
+	var rs []*promrules.RecordingRule
+	for _, f := range rules.Pack() {
 		if f.Name != "accounting.yml" {
 			continue
 		}
@@ -399,7 +400,7 @@ func generateRollup(b *testing.B, dir string, opts *tsdb.Options, end time.Time)
 			for _, r := range g.Rules {
 				expr, err := p.ParseExpr(r.Expr)
 				require.NoError(b, err)
-				rs = append(rs, rules.NewRecordingRule(r.Record, expr, labels.EmptyLabels()))
+				rs = append(rs, promrules.NewRecordingRule(r.Record, expr, labels.EmptyLabels()))
 			}
 		}
 	}
@@ -409,7 +410,7 @@ func generateRollup(b *testing.B, dir string, opts *tsdb.Options, end time.Time)
 	defer db.Close()
 	engine, err := query.NewEngine(query.EngineOptions{DataDir: b.TempDir(), Timeout: serveTimeout, MaxSamples: serveMaxSamples, MaxConcurrency: 2, LookbackDelta: 5 * time.Minute})
 	require.NoError(b, err)
-	queryFunc := rules.EngineQueryFunc(engine, db)
+	queryFunc := promrules.EngineQueryFunc(engine, db)
 
 	bw, err := tsdb.NewBlockWriter(slog.New(slog.DiscardHandler), dir, (acctSpan + 2*time.Hour).Milliseconds())
 	require.NoError(b, err)

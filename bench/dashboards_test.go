@@ -30,7 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/dashboards"
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // The appliance the source document's small cluster would have: 16 nodes
@@ -261,7 +261,7 @@ type recordingRule struct {
 func recordingRules(b testing.TB) map[string][]recordingRule {
 	p := parser.NewParser(parser.Options{})
 	out := map[string][]recordingRule{}
-	for _, f := range query.Pack() {
+	for _, f := range rules.Pack() {
 		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
 		require.Empty(b, errs, f.Name)
 		for _, g := range rgs.Groups {
@@ -548,7 +548,7 @@ func backfill(b *testing.B, dir string, opts *tsdb.Options, end time.Time) int {
 	})
 	p := parser.NewParser(parser.Options{})
 	groups := map[string]rulefmt.RuleGroup{}
-	for _, f := range query.Pack() {
+	for _, f := range rules.Pack() {
 		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
 		require.Empty(b, errs)
 		for _, g := range rgs.Groups {

@@ -28,7 +28,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/gpu"
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 	"github.com/gpuscope/gpuscope/scrape/families"
@@ -61,7 +61,7 @@ type Config struct {
 	Nodes scrape.Nodes
 	// Rules says which built-in rules run; the user's own rule files are
 	// the Prometheus section rule_files.
-	Rules query.RulesConfig
+	Rules rules.Config
 	// Accounting prices the run report's energy.
 	Accounting accounting.Config
 	// SelfMetrics says which of the process's own families /metrics
@@ -141,7 +141,7 @@ type own struct {
 	GPU         gpu.Config        `yaml:"gpu"`
 	Web         Web               `yaml:"web"`
 	Nodes       scrape.Nodes      `yaml:"nodes"`
-	Rules       query.RulesConfig `yaml:"rules"`
+	Rules       rules.Config      `yaml:"rules"`
 	Accounting  accounting.Config `yaml:"accounting"`
 	SelfMetrics SelfMetrics       `yaml:"self_metrics"`
 }
@@ -159,7 +159,7 @@ func defaultOwn() own {
 		GPU:      gpu.DefaultConfig(),
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
 		Nodes:    scrape.DefaultNodes(),
-		Rules:    query.DefaultRulesConfig(),
+		Rules:    rules.DefaultConfig(),
 	}
 }
 
@@ -181,7 +181,7 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	// Rule files are parsed here, so that serve refuses to start, a reload
 	// keeps the old config and `check config` fails, each naming the file
 	// and line of the bad rule.
-	if err := query.CheckRuleFiles(cfg.Prometheus.RuleFiles, cfg.Prometheus.GlobalConfig.MetricNameValidationScheme); err != nil {
+	if err := rules.CheckRuleFiles(cfg.Prometheus.RuleFiles, cfg.Prometheus.GlobalConfig.MetricNameValidationScheme); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// A pattern that matches nothing is valid, as in Prometheus, but most

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // DatasourceUID is the uid of the data source `gpuscope grafana provision`
@@ -138,7 +138,7 @@ func allPanels(d *dashboard.Dashboard) []*dashboard.Panel {
 func slowRecordings() (map[string]time.Duration, error) {
 	p := parser.NewParser(parser.Options{})
 	out := map[string]time.Duration{}
-	for _, f := range query.Pack() {
+	for _, f := range rules.Pack() {
 		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("parse built-in rules %s: %w", f.Name, errors.Join(errs...))

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // TestThresholdsAreTheAlertRules: a panel turns red exactly where the
@@ -55,7 +55,7 @@ func TestThresholdsAreTheAlertRules(t *testing.T) {
 func alertThresholds(t *testing.T) map[string]float64 {
 	p := parser.NewParser(parser.Options{})
 	out := map[string]float64{}
-	for _, f := range query.Pack() {
+	for _, f := range rules.Pack() {
 		rgs, errs := rulefmt.Parse(f.Data, false, model.UTF8Validation, p, nil)
 		require.Empty(t, errs, f.Name)
 		for _, g := range rgs.Groups {

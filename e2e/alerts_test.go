@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // alertmanager stands in for an Alertmanager: it accepts what gpuscope's
@@ -380,7 +380,7 @@ func TestRulesExport(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	files, err := filepath.Glob(filepath.Join(dir, "*.yml"))
 	require.NoError(t, err)
-	require.Len(t, files, len(query.Pack()), "one file per file of the built-in pack")
+	require.Len(t, files, len(rules.Pack()), "one file per file of the built-in pack")
 	all := filepath.Join(t.TempDir(), "all.yml")
 	out, code = run(t, "rules", "export")
 	require.Equal(t, 0, code)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
 )
 
 // promtool runs the real promtool with args and returns its combined
@@ -37,7 +37,7 @@ func TestPromtoolChecksExportedRules(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	files, err := filepath.Glob(filepath.Join(dir, "*.yml"))
 	require.NoError(t, err)
-	require.Len(t, files, len(query.Pack()))
+	require.Len(t, files, len(rules.Pack()))
 	out, code = run(t, "rules", "export")
 	require.Equal(t, 0, code)
 	all := filepath.Join(t.TempDir(), "all.yml")
@@ -50,10 +50,10 @@ func TestPromtoolChecksExportedRules(t *testing.T) {
 }
 
 // TestPromtoolTestsPack: the built-in pack's unit tests, which `go test
-// ./query/` runs with its Go runner, pass the real `promtool test rules`
+// ./rules/` runs with its Go runner, pass the real `promtool test rules`
 // too, run against the files `gpuscope rules export` writes (the rules
 // users get; their tests' rule_files are ../<file>.yml). The exported
-// files are the repository's query/pack/*.yml byte for byte, so this is
+// files are the repository's rules/pack/*.yml byte for byte, so this is
 // also promtool over the tests in place, without a second 30-second run.
 func TestPromtoolTestsPack(t *testing.T) {
 	t.Parallel()
@@ -66,7 +66,7 @@ func TestPromtoolTestsPack(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	exported, err := filepath.Glob(filepath.Join(dir, "*.yml"))
 	require.NoError(t, err)
-	require.Len(t, exported, len(query.Pack()))
+	require.Len(t, exported, len(rules.Pack()))
 	for _, f := range exported {
 		require.Equal(t, readFile(t, filepath.Join("..", "query", "pack", filepath.Base(f))), readFile(t, f), f)
 	}

@@ -1,5 +1,6 @@
-// Package query builds the PromQL engine and, around it, the rule manager
-// and the notifier that delivers alerts.
+// Package query builds the PromQL engine that the HTTP API, the rules, the
+// overview page and the run reports share: one set of limits (timeout,
+// samples, concurrency) for every reader of the TSDB.
 package query
 
 import (

@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	config_util "github.com/prometheus/common/config"
 	promconfig "github.com/prometheus/prometheus/config"
-	"github.com/prometheus/prometheus/discovery"
+	promdiscovery "github.com/prometheus/prometheus/discovery"
 	promscrape "github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
 
-	"github.com/gpuscope/gpuscope/scrape/targets"
+	"github.com/gpuscope/gpuscope/discovery"
 
 	// Service discovery mechanisms offered in scrape_configs besides
 	// static_configs. They register their config keys when imported; the
@@ -36,7 +36,7 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// SDMetrics are the service discovery metrics, registered once per
 	// process and shared with the notifier's discovery.
-	SDMetrics  *discovery.SDMetrics
+	SDMetrics  *promdiscovery.SDMetrics
 	Appendable storage.AppendableV2
 	// SelfAddress is the host:port the built-in jobs scrape; connections to
 	// it are answered by SelfDial instead of the network.
@@ -50,7 +50,7 @@ type Options struct {
 // discovery through Prometheus's discovery manager) and a scrape manager.
 type Scraper struct {
 	logger  *slog.Logger
-	targets *targets.Feeder
+	targets *discovery.Feeder
 	manager *promscrape.Manager
 }
 
@@ -62,7 +62,7 @@ func New(o Options) (*Scraper, error) {
 	if o.SDMetrics == nil {
 		return nil, errors.New("scrape: SDMetrics is required")
 	}
-	feed := targets.New(targets.Options{
+	feed := discovery.New(discovery.Options{
 		Logger:     o.Logger.With("component", "discovery manager scrape"),
 		Registerer: o.Registerer,
 		SDMetrics:  o.SDMetrics,
@@ -103,7 +103,7 @@ func (s *Scraper) ApplyConfig(cfg *promconfig.Config) error {
 	if err != nil {
 		return fmt.Errorf("read scrape configs: %w", err)
 	}
-	sd := make(map[string]discovery.Configs, len(scfgs))
+	sd := make(map[string]promdiscovery.Configs, len(scfgs))
 	for _, c := range scfgs {
 		sd[c.JobName] = c.ServiceDiscoveryConfigs
 	}

@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/prometheus/notifier"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/rules"
+	promrules "github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 )
 
@@ -35,8 +35,8 @@ const (
 // jitter on a busy machine, swings by half.
 const minRangeScrapes = 10
 
-// RulesOptions configure the rule manager.
-type RulesOptions struct {
+// Options configure the rule manager.
+type Options struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Engine evaluates the rules' expressions over Queryable, which also
@@ -46,7 +46,7 @@ type RulesOptions struct {
 	// Appendable receives the recorded series and ALERTS.
 	Appendable storage.AppendableV2
 	// Notifier delivers alerts; nil keeps them to the API.
-	Notifier rules.Sender
+	Notifier promrules.Sender
 	// ExternalURL is gpuscope's URL: alerts link back to it
 	// (generatorURL) and templates read it as $externalURL.
 	ExternalURL *url.URL
@@ -58,11 +58,11 @@ type RulesOptions struct {
 	Parser          parser.Parser
 }
 
-// Rules evaluates the built-in rule pack and the user's rule files with
+// Manager evaluates the built-in rule pack and the user's rule files with
 // Prometheus's rule manager.
-type Rules struct {
+type Manager struct {
 	logger      *slog.Logger
-	manager     *rules.Manager
+	manager     *promrules.Manager
 	loader      *groupLoader
 	parser      parser.Parser
 	externalURL string
@@ -73,9 +73,9 @@ type Rules struct {
 	running bool       // Run has started the manager
 }
 
-// NewRules creates the rule manager; ApplyConfig loads the rules and Run
+// NewManager creates the rule manager; ApplyConfig loads the rules and Run
 // evaluates them.
-func NewRules(o RulesOptions) (*Rules, error) {
+func NewManager(o Options) (*Manager, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -98,7 +98,7 @@ func NewRules(o RulesOptions) (*Rules, error) {
 		o.ResendDelay = DefaultResendDelay
 	}
 	logger := o.Logger.With("component", "rule manager")
-	notify := func(context.Context, string, ...*rules.Alert) {}
+	notify := func(context.Context, string, ...*promrules.Alert) {}
 	if o.Notifier != nil {
 		notify = sendAlerts(o.Notifier, o.ExternalURL.String())
 	}
@@ -106,16 +106,16 @@ func NewRules(o RulesOptions) (*Rules, error) {
 	// stopped.
 	ctx, cancel := context.WithCancel(context.Background())
 	loader := &groupLoader{parser: o.Parser, logger: logger}
-	r := &Rules{
+	r := &Manager{
 		logger:      logger,
 		loader:      loader,
 		parser:      o.Parser,
 		externalURL: o.ExternalURL.String(),
 		cancel:      cancel,
 	}
-	r.manager = rules.NewManager(&rules.ManagerOptions{
+	r.manager = promrules.NewManager(&promrules.ManagerOptions{
 		ExternalURL:     o.ExternalURL,
-		QueryFunc:       rules.EngineQueryFunc(o.Engine, o.Queryable),
+		QueryFunc:       promrules.EngineQueryFunc(o.Engine, o.Queryable),
 		NotifyFunc:      notify,
 		Context:         ctx,
 		AppendableV2:    o.Appendable,
@@ -131,8 +131,9 @@ func NewRules(o RulesOptions) (*Rules, error) {
 	return r, nil
 }
 
-// Manager is the rule manager, for the HTTP API's /rules and /alerts.
-func (r *Rules) Manager() *rules.Manager { return r.manager }
+// Prometheus is Prometheus's rule manager inside, for the HTTP API's /rules and
+// /alerts and for the readers of rule groups (the overview, accounting).
+func (r *Manager) Prometheus() *promrules.Manager { return r.manager }
 
 // ApplyConfig loads the built-in pack (as rc says) and the rule files of
 // cfg. A rule in the user's files replaces the built-in rule of the same
@@ -141,7 +142,7 @@ func (r *Rules) Manager() *rules.Manager { return r.manager }
 //
 // Before Run it may be called once: the rule manager's groups wait for Run
 // to start, and replacing one that never started would wait forever.
-func (r *Rules) ApplyConfig(cfg *promconfig.Config, rc RulesConfig) error {
+func (r *Manager) ApplyConfig(cfg *promconfig.Config, rc Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.applied && !r.running {
@@ -200,7 +201,7 @@ func (r *Rules) ApplyConfig(cfg *promconfig.Config, rc RulesConfig) error {
 
 // Run evaluates the rules until ctx ends, then stops every group and waits
 // for evaluations in flight.
-func (r *Rules) Run(ctx context.Context) error {
+func (r *Manager) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.running = true
 	r.mu.Unlock()
@@ -216,12 +217,12 @@ func (r *Rules) Run(ctx context.Context) error {
 	return nil
 }
 
-// sendAlerts is rules.SendAlerts with a generatorURL that gpuscope
+// sendAlerts is promrules.SendAlerts with a generatorURL that gpuscope
 // answers: Prometheus links to its /graph page, which gpuscope does not
 // serve; its query API evaluates the same expression.
-func sendAlerts(s rules.Sender, externalURL string) rules.NotifyFunc {
+func sendAlerts(s promrules.Sender, externalURL string) promrules.NotifyFunc {
 	base := strings.TrimSuffix(externalURL, "/")
-	return func(_ context.Context, expr string, alerts ...*rules.Alert) {
+	return func(_ context.Context, expr string, alerts ...*promrules.Alert) {
 		if len(alerts) == 0 {
 			return
 		}
@@ -328,7 +329,7 @@ type groupLoader struct {
 	opts packOptions
 }
 
-var _ rules.GroupLoader = (*groupLoader)(nil)
+var _ promrules.GroupLoader = (*groupLoader)(nil)
 
 func (l *groupLoader) set(o packOptions) {
 	l.mu.Lock()
@@ -336,7 +337,7 @@ func (l *groupLoader) set(o packOptions) {
 	l.opts = o
 }
 
-// Load implements rules.GroupLoader.
+// Load implements promrules.GroupLoader.
 func (l *groupLoader) Load(identifier string, ignoreUnknownFields bool, scheme model.ValidationScheme) (*rulefmt.RuleGroups, []error) {
 	name, ok := strings.CutPrefix(identifier, BuiltinPrefix)
 	if !ok {
@@ -369,7 +370,7 @@ func (l *groupLoader) Load(identifier string, ignoreUnknownFields bool, scheme m
 	return rgs, nil
 }
 
-// Parse implements rules.GroupLoader.
+// Parse implements promrules.GroupLoader.
 func (l *groupLoader) Parse(query string) (parser.Expr, error) {
 	return l.parser.ParseExpr(query)
 }

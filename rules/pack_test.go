@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"fmt"
@@ -208,23 +208,23 @@ func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
 }
 
 func TestRulesConfigValidate(t *testing.T) {
-	require.NoError(t, DefaultRulesConfig().Validate())
+	require.NoError(t, DefaultConfig().Validate())
 	for _, tc := range []struct {
 		name string
-		mod  func(*RulesConfig)
+		mod  func(*Config)
 		want string
 	}{
-		{"time scale 0", func(c *RulesConfig) { c.Builtin.TimeScale = 0 }, "rules.builtin.time_scale"},
-		{"unknown group", func(c *RulesConfig) { c.Builtin.DisabledGroups = []string{"gpuscope.gpus"} }, `no built-in group "gpuscope.gpus"`},
-		{"unknown rule", func(c *RulesConfig) { c.Builtin.DisabledRules = []string{"GPUTempHigh"} }, `no built-in rule "GPUTempHigh"`},
+		{"time scale 0", func(c *Config) { c.Builtin.TimeScale = 0 }, "rules.builtin.time_scale"},
+		{"unknown group", func(c *Config) { c.Builtin.DisabledGroups = []string{"gpuscope.gpus"} }, `no built-in group "gpuscope.gpus"`},
+		{"unknown rule", func(c *Config) { c.Builtin.DisabledRules = []string{"GPUTempHigh"} }, `no built-in rule "GPUTempHigh"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := DefaultRulesConfig()
+			c := DefaultConfig()
 			tc.mod(&c)
 			require.ErrorContains(t, c.Validate(), tc.want)
 		})
 	}
-	c := DefaultRulesConfig()
+	c := DefaultConfig()
 	c.Builtin.DisabledGroups = []string{"gpuscope.baseline.weekly"}
 	c.Builtin.DisabledRules = []string{"GPUMemoryAlmostFull", "gpu:bottleneck:class"}
 	require.NoError(t, c.Validate())

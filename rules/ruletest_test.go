@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
-	"github.com/prometheus/prometheus/rules"
+	promrules "github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -139,25 +139,25 @@ func (tg *testGroup) run(evalInterval time.Duration, order map[string]int, fuzzy
 	defer suite.Close()
 	suite.SubqueryInterval = evalInterval
 
-	m := rules.NewManager(&rules.ManagerOptions{
-		QueryFunc:    rules.EngineQueryFunc(suite.QueryEngine(), suite.Storage()),
+	m := promrules.NewManager(&promrules.ManagerOptions{
+		QueryFunc:    promrules.EngineQueryFunc(suite.QueryEngine(), suite.Storage()),
 		AppendableV2: suite.Storage(),
 		Context:      context.Background(),
-		NotifyFunc:   func(context.Context, string, ...*rules.Alert) {},
+		NotifyFunc:   func(context.Context, string, ...*promrules.Alert) {},
 		Parser:       p,
 	})
 	groupsMap, errs := m.LoadGroups(time.Duration(tg.Interval), labels.FromMap(tg.ExternalLabels), tg.ExternalURL, nil, false, ruleFiles...)
 	if errs != nil {
 		return errs
 	}
-	groups := make([]*rules.Group, 0, len(groupsMap))
+	groups := make([]*promrules.Group, 0, len(groupsMap))
 	for _, g := range groupsMap {
 		groups = append(groups, g)
 	}
 	sort.Slice(groups, func(i, j int) bool { return order[groups[i].Name()] < order[groups[j].Name()] })
 	for _, g := range groups {
 		for _, r := range g.Rules() {
-			if ar, ok := r.(*rules.AlertingRule); ok {
+			if ar, ok := r.(*promrules.AlertingRule); ok {
 				ar.SetRestored(true) // so that ALERTS is written, as promtool does
 			}
 		}
@@ -215,12 +215,12 @@ func (tg *testGroup) run(evalInterval time.Duration, order map[string]int, fuzzy
 			got := map[string][]alertLA{}
 			for _, g := range groups {
 				for _, r := range g.Rules() {
-					ar, ok := r.(*rules.AlertingRule)
+					ar, ok := r.(*promrules.AlertingRule)
 					if !ok {
 						continue
 					}
 					for _, a := range ar.ActiveAlerts() {
-						if a.State == rules.StateFiring {
+						if a.State == promrules.StateFiring {
 							got[ar.Name()] = append(got[ar.Name()], alertLA{a.Labels.Map(), a.Annotations.Map()})
 						}
 					}

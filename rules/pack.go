@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"bytes"
@@ -103,19 +103,19 @@ type BuiltinConfig struct {
 	TimeScale float64 `yaml:"time_scale"`
 }
 
-// RulesConfig is the `rules:` section of gpuscope's config file. The
+// Config is the `rules:` section of gpuscope's config file. The
 // user's own rule files are the Prometheus section rule_files.
-type RulesConfig struct {
+type Config struct {
 	Builtin BuiltinConfig `yaml:"builtin"`
 }
 
-// DefaultRulesConfig runs the whole pack at real time.
-func DefaultRulesConfig() RulesConfig {
-	return RulesConfig{Builtin: BuiltinConfig{Enabled: true, TimeScale: 1}}
+// DefaultConfig runs the whole pack at real time.
+func DefaultConfig() Config {
+	return Config{Builtin: BuiltinConfig{Enabled: true, TimeScale: 1}}
 }
 
 // Validate reports the first bad value, named as in the file.
-func (c RulesConfig) Validate() error {
+func (c Config) Validate() error {
 	b := c.Builtin
 	if !(b.TimeScale > 0) || b.TimeScale > 1e6 {
 		return fmt.Errorf("rules.builtin.time_scale: must be above 0 and at most 1000000, got %g", b.TimeScale)

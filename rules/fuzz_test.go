@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/rules"
+	promrules "github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/util/teststorage"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/query"
 )
 
 // FuzzRuleFile feeds the rule loading path of serve arbitrary user rule
@@ -30,13 +32,13 @@ import (
 // then evaluated (healthy or with its error). Seeds are in
 // testdata/fuzz/FuzzRuleFile; run
 //
-//	go test -run '^$' -fuzz '^FuzzRuleFile$' -fuzztime 3m -fuzzminimizetime 0 ./query
+//	go test -run '^$' -fuzz '^FuzzRuleFile$' -fuzztime 3m -fuzzminimizetime 0 ./rules
 //
 // An input takes tens of milliseconds (the pack is loaded and evaluated
 // with it), so minimising each new interesting input, a minute by default,
 // would leave almost no time to fuzzing.
 func FuzzRuleFile(f *testing.F) {
-	engine, err := NewEngine(EngineOptions{DataDir: f.TempDir(), Timeout: 2 * time.Second, MaxSamples: 1e6, MaxConcurrency: 4, LookbackDelta: 5 * time.Minute})
+	engine, err := query.NewEngine(query.EngineOptions{DataDir: f.TempDir(), Timeout: 2 * time.Second, MaxSamples: 1e6, MaxConcurrency: 4, LookbackDelta: 5 * time.Minute})
 	require.NoError(f, err)
 	f.Cleanup(func() { engine.Close() })
 	p := parser.NewParser(parser.Options{})
@@ -48,7 +50,7 @@ func FuzzRuleFile(f *testing.F) {
 	f.Add([]byte("groups:\n  - name: mine\n    interval: 10s\n    rules:\n      - record: job:up:sum\n        expr: sum by (job) (up)\n"), false, 1.0)
 
 	f.Fuzz(func(t *testing.T, data []byte, builtin bool, timeScale float64) {
-		rc := RulesConfig{Builtin: BuiltinConfig{Enabled: builtin, TimeScale: timeScale}}
+		rc := Config{Builtin: BuiltinConfig{Enabled: builtin, TimeScale: timeScale}}
 		if !(timeScale > 0 && timeScale <= 1e6) {
 			// Config validation refuses it before the rules are loaded
 			// (validated here only then: Validate parses the whole pack).
@@ -62,7 +64,7 @@ func FuzzRuleFile(f *testing.F) {
 		cfg.RuleFiles = []string{filepath.Join(dir, "*.yml")}
 
 		st := teststorage.New(t)
-		r, err := NewRules(RulesOptions{
+		r, err := NewManager(Options{
 			Registerer:  prometheus.NewRegistry(),
 			Engine:      engine,
 			Queryable:   st,
@@ -76,7 +78,7 @@ func FuzzRuleFile(f *testing.F) {
 
 		if err := r.ApplyConfig(&cfg, rc); err != nil {
 			require.Contains(t, err.Error(), file, "the error names the rule file")
-			require.Empty(t, r.Manager().RuleGroups(), "nothing is loaded from a bad file")
+			require.Empty(t, r.Prometheus().RuleGroups(), "nothing is loaded from a bad file")
 			return
 		}
 
@@ -91,7 +93,7 @@ func FuzzRuleFile(f *testing.F) {
 				overridden[g.Name+"\xff"+ruleName(rl)] = true
 			}
 		}
-		for _, g := range r.Manager().RuleGroups() {
+		for _, g := range r.Prometheus().RuleGroups() {
 			if !strings.HasPrefix(g.File(), BuiltinPrefix) {
 				require.Equal(t, file, g.File())
 				continue
@@ -105,11 +107,11 @@ func FuzzRuleFile(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		now := time.Now()
-		for _, g := range r.Manager().RuleGroups() {
+		for _, g := range r.Prometheus().RuleGroups() {
 			g.Eval(ctx, now)
 			for _, rl := range g.Rules() {
-				require.NotEqual(t, rules.HealthUnknown, rl.Health(), "rule %s/%s was not evaluated", g.Name(), rl.Name())
-				if rl.Health() == rules.HealthBad {
+				require.NotEqual(t, promrules.HealthUnknown, rl.Health(), "rule %s/%s was not evaluated", g.Name(), rl.Name())
+				if rl.Health() == promrules.HealthBad {
 					require.Error(t, rl.LastError(), "rule %s/%s", g.Name(), rl.Name())
 				}
 			}
@@ -118,8 +120,8 @@ func FuzzRuleFile(f *testing.F) {
 }
 
 // groupOf returns the loaded group of that file and name, or nil.
-func groupOf(r *Rules, file, name string) *rules.Group {
-	for _, g := range r.Manager().RuleGroups() {
+func groupOf(r *Manager, file, name string) *promrules.Group {
+	for _, g := range r.Prometheus().RuleGroups() {
 		if g.File() == file && g.Name() == name {
 			return g
 		}
@@ -129,7 +131,7 @@ func groupOf(r *Rules, file, name string) *rules.Group {
 
 // stopRules runs r with a context already done: the manager starts its
 // groups, which see that they are stopped, and Run returns once they have.
-func stopRules(t *testing.T, r *Rules) {
+func stopRules(t *testing.T, r *Manager) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.NoError(t, r.Run(ctx))

@@ -1,4 +1,4 @@
-// Package targets feeds target groups to Prometheus's scrape manager and
+// Package discovery feeds target groups to Prometheus's scrape manager and
 // notifier: the groups of static_configs directly, and anything else
 // through Prometheus's discovery manager, started the first time a config
 // needs it.
@@ -13,7 +13,7 @@
 // (BENCHMARKS.md, "Where idle time goes"). A default gpuscope's targets
 // are all static (its built-in jobs, an agent's nodes listed in
 // nodes.static, Alertmanagers in static_configs), so it needs none.
-package targets
+package discovery
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/prometheus/discovery"
+	promdiscovery "github.com/prometheus/prometheus/discovery"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 )
 
@@ -30,14 +30,14 @@ import (
 type Options struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
-	SDMetrics  *discovery.SDMetrics
+	SDMetrics  *promdiscovery.SDMetrics
 	// Name is the discovery manager's name ("scrape", "notify"), as in
 	// its metrics' name label.
 	Name string
 }
 
 // Feeder sends the target groups of each set (job, or Alertmanager
-// config) on SyncCh, as discovery.Manager does, whole every time.
+// config) on SyncCh, as promdiscovery.Manager does, whole every time.
 type Feeder struct {
 	opts   Options
 	ctx    context.Context
@@ -45,9 +45,9 @@ type Feeder struct {
 	out    chan map[string][]*targetgroup.Group
 
 	mu        sync.Mutex
-	discovery *discovery.Manager // nil until a config needs it
-	done      chan error         // the discovery manager's Run result
-	wg        sync.WaitGroup     // the forwarder
+	discovery *promdiscovery.Manager // nil until a config needs it
+	done      chan error             // the discovery manager's Run result
+	wg        sync.WaitGroup         // the forwarder
 }
 
 // New creates a Feeder; its owner calls Stop, which ends a discovery
@@ -67,12 +67,12 @@ func (f *Feeder) SyncCh() <-chan map[string][]*targetgroup.Group { return f.out 
 // configs is a static_configs, and false otherwise. A set with no config
 // gets no groups, so that its old targets are dropped, as the discovery
 // manager does.
-func static(cfgs map[string]discovery.Configs) (map[string][]*targetgroup.Group, bool) {
+func static(cfgs map[string]promdiscovery.Configs) (map[string][]*targetgroup.Group, bool) {
 	groups := make(map[string][]*targetgroup.Group, len(cfgs))
 	for name, cs := range cfgs {
 		groups[name] = []*targetgroup.Group{}
 		for _, c := range cs {
-			static, ok := c.(discovery.StaticConfig)
+			static, ok := c.(promdiscovery.StaticConfig)
 			if !ok {
 				return nil, false
 			}
@@ -86,7 +86,7 @@ func static(cfgs map[string]discovery.Configs) (map[string][]*targetgroup.Group,
 // discovery manager started before: their groups are sent at once.
 // Otherwise they go to the discovery manager, started now if needed and
 // kept from then on (its metrics are registered once per process).
-func (f *Feeder) ApplyConfig(cfgs map[string]discovery.Configs) error {
+func (f *Feeder) ApplyConfig(cfgs map[string]promdiscovery.Configs) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.discovery == nil {
@@ -115,7 +115,7 @@ func (f *Feeder) startDiscovery() error {
 	if f.ctx.Err() != nil {
 		return errors.New("target feeder stopped")
 	}
-	dm := discovery.NewManager(f.ctx, f.opts.Logger, f.opts.Registerer, f.opts.SDMetrics, discovery.Name(f.opts.Name))
+	dm := promdiscovery.NewManager(f.ctx, f.opts.Logger, f.opts.Registerer, f.opts.SDMetrics, promdiscovery.Name(f.opts.Name))
 	if dm == nil {
 		return errors.New("create " + f.opts.Name + " discovery manager")
 	}

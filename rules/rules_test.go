@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
 	"github.com/prometheus/prometheus/promql"
-	"github.com/prometheus/prometheus/rules"
+	promrules "github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/util/teststorage"
 	"github.com/stretchr/testify/require"
 )
@@ -33,12 +33,12 @@ func loadPromConfig(t *testing.T, text string) *promconfig.Config {
 	return cfg
 }
 
-func newTestRules(t *testing.T, sender rules.Sender) *Rules {
+func newTestRules(t *testing.T, sender promrules.Sender) *Manager {
 	t.Helper()
 	st := teststorage.New(t)
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: 10 * time.Second, LookbackDelta: 5 * time.Minute})
 	t.Cleanup(func() { engine.Close() })
-	r, err := NewRules(RulesOptions{
+	r, err := NewManager(Options{
 		Registerer:  prometheus.NewRegistry(),
 		Engine:      engine,
 		Queryable:   st,
@@ -51,7 +51,7 @@ func newTestRules(t *testing.T, sender rules.Sender) *Rules {
 }
 
 // runRules runs r until the test ends.
-func runRules(t *testing.T, r *Rules) {
+func runRules(t *testing.T, r *Manager) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -64,17 +64,17 @@ func runRules(t *testing.T, r *Rules) {
 
 type groupInfo struct{ file, name string }
 
-func groupsOf(r *Rules) []groupInfo {
+func groupsOf(r *Manager) []groupInfo {
 	var out []groupInfo
-	for _, g := range r.Manager().RuleGroups() {
+	for _, g := range r.Prometheus().RuleGroups() {
 		out = append(out, groupInfo{g.File(), g.Name()})
 	}
 	return out
 }
 
-func rulesOf(r *Rules, group string) []string {
+func rulesOf(r *Manager, group string) []string {
 	var out []string
-	for _, g := range r.Manager().RuleGroups() {
+	for _, g := range r.Prometheus().RuleGroups() {
 		if g.Name() == group {
 			for _, rl := range g.Rules() {
 				out = append(out, g.File()+":"+rl.Name())
@@ -93,7 +93,7 @@ func TestRulesApplyConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfg := loadPromConfig(t, fmt.Sprintf("global: {evaluation_interval: 1s}\nrule_files: [%q]\n", filepath.Join(dir, "*.yml")))
 
-	require.NoError(t, r.ApplyConfig(cfg, DefaultRulesConfig()))
+	require.NoError(t, r.ApplyConfig(cfg, DefaultConfig()))
 	wantGroups, _ := packNames()
 	var got []string
 	for _, g := range groupsOf(r) {
@@ -118,7 +118,7 @@ func TestRulesApplyConfig(t *testing.T) {
       - alert: AlwaysFiring
         expr: vector(1)
 `), 0o644))
-	rc := DefaultRulesConfig()
+	rc := DefaultConfig()
 	rc.Builtin.DisabledGroups = []string{"gpuscope.baseline.weekly"}
 	rc.Builtin.DisabledRules = []string{"GPUTemperatureHigh"}
 	require.NoError(t, r.ApplyConfig(cfg, rc))
@@ -162,13 +162,13 @@ func TestRulesApplyConfig(t *testing.T) {
 func TestRulesTimeScale(t *testing.T) {
 	r := newTestRules(t, nil)
 	cfg := loadPromConfig(t, "global: {evaluation_interval: 1s, scrape_interval: 1s}\n")
-	rc := DefaultRulesConfig()
+	rc := DefaultConfig()
 	rc.Builtin.TimeScale = 60
 	require.NoError(t, r.ApplyConfig(cfg, rc))
 	require.ErrorContains(t, r.ApplyConfig(cfg, rc), "before the rule manager runs")
 	runRules(t, r)
-	var leak *rules.AlertingRule
-	for _, a := range r.Manager().AlertingRules() {
+	var leak *promrules.AlertingRule
+	for _, a := range r.Prometheus().AlertingRules() {
 		if a.Name() == "GPUMemoryLeakSuspected" {
 			leak = a
 		}
@@ -176,7 +176,7 @@ func TestRulesTimeScale(t *testing.T) {
 	require.NotNil(t, leak)
 	require.Equal(t, 5*time.Second, leak.HoldDuration())
 	require.Contains(t, leak.Query().String(), "min_over_time(DCGM_FI_DEV_FB_USED[10s] offset 1m30s)")
-	for _, g := range r.Manager().RuleGroups() {
+	for _, g := range r.Prometheus().RuleGroups() {
 		if g.Name() == "gpuscope.baseline.weekly" {
 			require.Equal(t, 5*time.Second, g.Interval())
 		}
@@ -229,7 +229,7 @@ alerting:
   alertmanagers:
     - static_configs: [{targets: [%q]}]
 `, filepath.Join(dir, "r.yml"), strings.TrimPrefix(am.URL, "http://")))
-	rc := DefaultRulesConfig()
+	rc := DefaultConfig()
 	rc.Builtin.Enabled = false
 	require.NoError(t, n.ApplyConfig(cfg))
 	require.NoError(t, r.ApplyConfig(cfg, rc))

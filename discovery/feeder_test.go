@@ -1,4 +1,4 @@
-package targets
+package discovery
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/discovery"
+	promdiscovery "github.com/prometheus/prometheus/discovery"
 	"github.com/prometheus/prometheus/discovery/file"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/stretchr/testify/require"
@@ -17,7 +17,7 @@ import (
 func newFeeder(t *testing.T) (*Feeder, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	sdm, err := discovery.CreateAndRegisterSDMetrics(reg)
+	sdm, err := promdiscovery.CreateAndRegisterSDMetrics(reg)
 	require.NoError(t, err)
 	f := New(Options{Registerer: reg, SDMetrics: sdm, Name: "scrape"})
 	t.Cleanup(f.Stop)
@@ -60,12 +60,12 @@ func managerRunning(t *testing.T, reg *prometheus.Registry) bool {
 	return false
 }
 
-func staticConfig(addrs ...string) discovery.StaticConfig {
+func staticConfig(addrs ...string) promdiscovery.StaticConfig {
 	g := &targetgroup.Group{Source: "0"}
 	for _, a := range addrs {
 		g.Targets = append(g.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(a)})
 	}
-	return discovery.StaticConfig{g}
+	return promdiscovery.StaticConfig{g}
 }
 
 // TestStaticWithoutDiscoveryManager: static configs reach the reader at
@@ -73,7 +73,7 @@ func staticConfig(addrs ...string) discovery.StaticConfig {
 // second); a set without configs gets no groups, so its targets go.
 func TestStaticWithoutDiscoveryManager(t *testing.T) {
 	f, reg := newFeeder(t)
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{
+	require.NoError(t, f.ApplyConfig(map[string]promdiscovery.Configs{
 		"gpuscope": {staticConfig("a:1")},
 		"nodes":    {staticConfig("b:1", "c:1"), staticConfig("d:1")},
 		"empty":    {},
@@ -86,8 +86,8 @@ func TestStaticWithoutDiscoveryManager(t *testing.T) {
 	require.False(t, managerRunning(t, reg), "no discovery manager for static configs")
 
 	// Two applies before the reader looks: it gets the newest only.
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:2")}}))
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:3")}}))
+	require.NoError(t, f.ApplyConfig(map[string]promdiscovery.Configs{"gpuscope": {staticConfig("a:2")}}))
+	require.NoError(t, f.ApplyConfig(map[string]promdiscovery.Configs{"gpuscope": {staticConfig("a:3")}}))
 	got = next(t, f)
 	require.Equal(t, []string{"a:3"}, addresses(got["gpuscope"]))
 	require.NotContains(t, got, "nodes", "a removed set is not sent")
@@ -108,7 +108,7 @@ func TestFileSDStartsDiscovery(t *testing.T) {
 	path := filepath.Join(dir, "nodes.yml")
 	require.NoError(t, os.WriteFile(path, []byte("- targets: [gpu-01:9089]\n"), 0o644))
 	fileSD := &file.SDConfig{Files: []string{path}, RefreshInterval: model.Duration(time.Minute)}
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:1")}, "node": {fileSD}}))
+	require.NoError(t, f.ApplyConfig(map[string]promdiscovery.Configs{"gpuscope": {staticConfig("a:1")}, "node": {fileSD}}))
 	require.True(t, managerRunning(t, reg))
 
 	want := func(job string, addrs ...string) {
@@ -127,7 +127,7 @@ func TestFileSDStartsDiscovery(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("- targets: [gpu-02:9089, gpu-03:9089]\n"), 0o644))
 	want("node", "gpu-02:9089", "gpu-03:9089")
 
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"gpuscope": {staticConfig("a:9")}}))
+	require.NoError(t, f.ApplyConfig(map[string]promdiscovery.Configs{"gpuscope": {staticConfig("a:9")}}))
 	want("gpuscope", "a:9")
 }
 
@@ -135,11 +135,11 @@ func TestFileSDStartsDiscovery(t *testing.T) {
 // and one stopped refuses to start one.
 func TestStopWithoutRun(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	sdm, err := discovery.CreateAndRegisterSDMetrics(reg)
+	sdm, err := promdiscovery.CreateAndRegisterSDMetrics(reg)
 	require.NoError(t, err)
 	f := New(Options{Registerer: reg, SDMetrics: sdm, Name: "notify"})
 	f.Stop()
-	err = f.ApplyConfig(map[string]discovery.Configs{"am": {&file.SDConfig{Files: []string{"x.yml"}, RefreshInterval: model.Duration(time.Minute)}}})
+	err = f.ApplyConfig(map[string]promdiscovery.Configs{"am": {&file.SDConfig{Files: []string{"x.yml"}, RefreshInterval: model.Duration(time.Minute)}}})
 	require.EqualError(t, err, "target feeder stopped")
-	require.NoError(t, f.ApplyConfig(map[string]discovery.Configs{"am": {staticConfig("am:9093")}}), "static configs need no manager")
+	require.NoError(t, f.ApplyConfig(map[string]promdiscovery.Configs{"am": {staticConfig("am:9093")}}), "static configs need no manager")
 }

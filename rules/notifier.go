@@ -1,4 +1,4 @@
-package query
+package rules
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	promconfig "github.com/prometheus/prometheus/config"
-	"github.com/prometheus/prometheus/discovery"
+	promdiscovery "github.com/prometheus/prometheus/discovery"
 	"github.com/prometheus/prometheus/notifier"
 
-	"github.com/gpuscope/gpuscope/scrape/targets"
+	"github.com/gpuscope/gpuscope/discovery"
 )
 
 // DefaultNotificationQueueCapacity is Prometheus's
@@ -25,7 +25,7 @@ type NotifierOptions struct {
 	Registerer prometheus.Registerer
 	// SDMetrics are the service discovery metrics, registered once per
 	// process and shared with the scrape discovery.
-	SDMetrics *discovery.SDMetrics
+	SDMetrics *promdiscovery.SDMetrics
 	// QueueCapacity is how many alerts wait for delivery before the oldest
 	// are dropped (0: DefaultNotificationQueueCapacity).
 	QueueCapacity int
@@ -38,7 +38,7 @@ type NotifierOptions struct {
 // with the global external_labels added.
 type Notifier struct {
 	manager *notifier.Manager
-	targets *targets.Feeder
+	targets *discovery.Feeder
 }
 
 // NewNotifier creates the notifier and its discovery; Run starts them.
@@ -52,7 +52,7 @@ func NewNotifier(o NotifierOptions) (*Notifier, error) {
 	if o.QueueCapacity == 0 {
 		o.QueueCapacity = DefaultNotificationQueueCapacity
 	}
-	feed := targets.New(targets.Options{
+	feed := discovery.New(discovery.Options{
 		Logger:     o.Logger.With("component", "discovery manager notify"),
 		Registerer: o.Registerer,
 		SDMetrics:  o.SDMetrics,
@@ -76,7 +76,7 @@ func (n *Notifier) ApplyConfig(cfg *promconfig.Config) error {
 	if err := n.manager.ApplyConfig(cfg); err != nil {
 		return fmt.Errorf("notifier: %w", err)
 	}
-	c := map[string]discovery.Configs{}
+	c := map[string]promdiscovery.Configs{}
 	for k, v := range cfg.AlertingConfig.AlertmanagerConfigs.ToMap() {
 		c[k] = v.ServiceDiscoveryConfigs
 	}

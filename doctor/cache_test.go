@@ -1,0 +1,38 @@
+package doctor
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCache: the page's Health block says the checks are running until
+// their first run ends, then serves the last run, starting a new one in
+// the background only when it is stale; a page load never waits for the
+// checks.
+func TestCache(t *testing.T) {
+	var runs atomic.Int32
+	release := make(chan struct{})
+	c := NewCache(func(context.Context) []Check {
+		<-release
+		runs.Add(1)
+		return []Check{{Name: "nvml", Status: StatusWarn, Summary: "no NVIDIA driver found, GPU metrics off", Hint: "install it"}}
+	}, 0)
+	first := c.Checks(context.Background())
+	require.Len(t, first, 1)
+	require.Equal(t, "doctor", first[0].Name, "while the first run is blocked: %+v", first)
+	require.Equal(t, StatusWarn, first[0].Status)
+	require.Equal(t, first, c.Checks(context.Background()), "a second load starts no second run")
+	close(release)
+	c.Wait()
+	got := c.Checks(context.Background())
+	require.Equal(t, []Check{{Name: "nvml", Status: StatusWarn, Summary: "no NVIDIA driver found, GPU metrics off", Hint: "install it"}}, got)
+	require.Equal(t, int32(1), runs.Load(), "fresh: not run again")
+
+	c.every = 0 // stale at once
+	c.Checks(context.Background())
+	c.Wait()
+	require.Equal(t, int32(2), runs.Load(), "stale: run again in the background")
+}
