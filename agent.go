@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -76,22 +76,21 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 	if a.nodeName, err = resolveNodeName(f.nodeName); err != nil {
 		return nil, err
 	}
-	if f.configFile == "" {
-		a.cfg = config.Default(logger)
-	} else if a.cfg, err = config.LoadFile(f.configFile, logger); err != nil {
-		return nil, fmt.Errorf("load config: %w", err)
+	loader := configLoader{file: f.configFile, demo: f.demo, gpuBackend: f.gpuBackend, logger: logger}
+	if a.cfg, err = loader.read(); err != nil {
+		return nil, err
 	}
-	applyGPUFlags(a.cfg, f.demo, f.gpuBackend)
 	applyGoGC(a.cfg.Prometheus, logger)
+	listenAddress := f.listenAddress
 	if !f.listenSet && a.cfg.Web.ListenAddress != "" {
-		f.listenAddress = a.cfg.Web.ListenAddress
+		listenAddress = a.cfg.Web.ListenAddress
 	}
 	// A bad web config fails the start here, naming the file.
 	if _, err := web.ReadWebConfig(f.webConfigFile); err != nil {
 		return nil, err
 	}
 
-	if a.listener, err = web.Listen(f.listenAddress); err != nil {
+	if a.listener, err = web.Listen(listenAddress); err != nil {
 		return nil, err
 	}
 	if a.collectors, err = newNodeCollectors(a.cfg, a.nodeName, logger); err != nil {
@@ -108,7 +107,7 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 	}
 	a.web = web.New(web.Options{
 		Logger:        logger.With("component", "web"),
-		ListenAddress: f.listenAddress,
+		ListenAddress: listenAddress,
 		WebConfigFile: f.webConfigFile,
 		// The agent takes no request bodies.
 		MaxRequestBodyBytes: 1 << 20,
@@ -127,45 +126,21 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 }
 
 func (a *agent) run(ctx context.Context) (err error) {
-	var group stages
-	defer func() {
-		if stopErr := group.stopAll(); stopErr != nil && err == nil {
-			err = stopErr
-		}
-	}()
-	failed := make(chan error, 4)
-	fail := func(name string) func(error) {
-		return func(err error) {
-			if err != nil {
-				failed <- fmt.Errorf("%s: %w", name, err)
-			}
-		}
-	}
-	group.start("web", a.web.Run, fail("web"), a.listener)
-	a.collectors.start(&group, fail)
+	r := newRunner()
+	defer func() { err = errors.Join(err, r.stopAll()) }()
+	r.start("web", func(ctx context.Context) error { return a.web.Run(ctx, a.listener) })
+	a.collectors.start(r)
 	a.web.SetReady(true)
 	a.logger.Info("gpuscope agent is ready; list it in the appliance's nodes: section",
 		"listen", a.listener.Addr().String(), "node", a.nodeName,
 		"cadvisor", a.collectors.cadvisor != nil, "gpu_backend", a.cfg.GPU.Backend)
-
-	// SIGHUP would end a Go program; an agent reloads nothing (its
-	// settings take effect at start), so it says so and goes on.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			a.logger.Info("Received shutdown signal, stopping")
-			a.web.SetReady(false)
-			return nil
-		case err := <-failed:
-			a.web.SetReady(false)
-			return err
-		case <-hup:
-			a.logger.Warn("The agent reloads nothing; restart it to apply config changes")
-		}
-	}
+	return r.wait(ctx, events{
+		// SIGHUP would end a Go program; an agent reloads nothing (its
+		// settings take effect at start), so it says so and goes on.
+		hup:    func() { a.logger.Warn("The agent reloads nothing; restart it to apply config changes") },
+		ready:  a.web.SetReady,
+		logger: a.logger,
+	})
 }
 
 func (a *agent) statusLines() []web.StatusLine {

@@ -10,8 +10,6 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/gpuscope/gpuscope/config"
-	"github.com/gpuscope/gpuscope/gpu"
-	"github.com/gpuscope/gpuscope/scrape"
 )
 
 func checkConfigCommand(app *kingpin.Application) command {
@@ -53,19 +51,8 @@ func checkConfig(file string, logger *slog.Logger) (*config.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := scrape.AddBuiltinJobs(cfg.Prometheus, builtinJobs(cfg, "localhost:0", "check")); err != nil {
-		return nil, cfg.Locate(err)
+	if err := cfg.CheckBuiltinJobs(); err != nil {
+		return nil, err
 	}
 	return cfg, nil
-}
-
-// builtinJobs says which built-in collectors a config turns on.
-func builtinJobs(cfg *config.Config, address, instance string) scrape.Builtin {
-	return scrape.Builtin{
-		Address:  address,
-		Instance: instance,
-		Cadvisor: cfg.Cadvisor.Enabled,
-		GPU:      cfg.GPU.Backend != gpu.BackendNone,
-		Nodes:    cfg.Nodes,
-	}
 }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 
@@ -121,14 +119,13 @@ func (c *nodeCollectors) mount(h *web.Handler) {
 	h.MountMetrics("/metrics/gpu", gpuHandler)
 }
 
-// start runs the collectors as stages; fail receives an error if one
-// stops on its own.
-func (c *nodeCollectors) start(group *stages, fail func(string) func(error)) {
+// start runs the collectors.
+func (c *nodeCollectors) start(r *runner) {
 	if c.cadvisor != nil {
-		group.start("cadvisor", func(ctx context.Context, _ net.Listener) error { return c.cadvisor.Run(ctx) }, fail("cadvisor"), nil)
+		r.start("cadvisor", c.cadvisor.Run)
 	}
 	if c.gpu != nil {
-		group.start("gpu", func(ctx context.Context, _ net.Listener) error { return c.gpu.Run(ctx) }, fail("gpu"), nil)
+		r.start("gpu", c.gpu.Run)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // refuses to serve the admin API or the lifecycle endpoints when that file
 // does not authenticate every request, unless
 // --web.allow-unauthenticated-admin says the listener is trusted.
-func checkAuth(f *serveFlags, logger *slog.Logger) error {
+func checkAuth(f *serveFlags, listenAddress string, logger *slog.Logger) error {
 	var privileged []string
 	if f.enableAdmin {
 		privileged = append(privileged, "--web.enable-admin-api")
@@ -25,7 +25,7 @@ func checkAuth(f *serveFlags, logger *slog.Logger) error {
 	}
 	if len(privileged) > 0 && !auth.Authenticated() {
 		logger.Warn("Admin and lifecycle endpoints are served without authentication (--web.allow-unauthenticated-admin)",
-			"enabled", strings.Join(privileged, " "), "listen", f.listenAddress)
+			"enabled", strings.Join(privileged, " "), "listen", listenAddress)
 	}
 	return nil
 }

@@ -87,6 +87,32 @@ func (c *Config) Locate(err error) error {
 	return walkFile(c.root).errorFor(c.File, err, false)
 }
 
+// AddBuiltinJobs prepends the jobs that scrape this process's own
+// collectors at address (what the in-memory self listener answers) and
+// the agents of the nodes: section, every built-in series labelled
+// instance="<instance>". A user job with a reserved name is an error
+// located in the file, as Load words its own.
+func (c *Config) AddBuiltinJobs(address, instance string) error {
+	return c.Locate(scrape.AddBuiltinJobs(c.Prometheus, c.builtin(address, instance)))
+}
+
+// CheckBuiltinJobs returns the error AddBuiltinJobs would, changing
+// nothing, for a config to be refused before its collectors' address is
+// known.
+func (c *Config) CheckBuiltinJobs() error {
+	return c.Locate(scrape.CheckBuiltinJobs(c.Prometheus, c.builtin("localhost:0", "check")))
+}
+
+func (c *Config) builtin(address, instance string) scrape.Builtin {
+	return scrape.Builtin{
+		Address:  address,
+		Instance: instance,
+		Cadvisor: c.Cadvisor.Enabled,
+		GPU:      c.GPU.Backend != gpu.BackendNone,
+		Nodes:    c.Nodes,
+	}
+}
+
 // Web holds settings of the HTTP server that may also be given as flags;
 // a flag given on the command line wins.
 type Web struct {

@@ -97,7 +97,7 @@ func NewManager(o Options) (*Manager, error) {
 	if o.ResendDelay == 0 {
 		o.ResendDelay = DefaultResendDelay
 	}
-	logger := o.Logger.With("component", "rule manager")
+	logger := o.Logger
 	notify := func(context.Context, string, ...*promrules.Alert) {}
 	if o.Notifier != nil {
 		notify = sendAlerts(o.Notifier, o.ExternalURL.String())

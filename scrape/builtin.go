@@ -36,6 +36,23 @@ type Builtin struct {
 // AddBuiltinJobs prepends the built-in jobs to cfg's scrape configs, with
 // the global scrape interval and Prometheus's defaults for everything else.
 func AddBuiltinJobs(cfg *promconfig.Config, b Builtin) error {
+	jobs, err := builtinJobs(cfg, b)
+	if err != nil {
+		return err
+	}
+	cfg.ScrapeConfigs = append(jobs, cfg.ScrapeConfigs...)
+	return nil
+}
+
+// CheckBuiltinJobs returns the error AddBuiltinJobs would, changing
+// nothing: a config can be refused before the address of the collectors
+// is known.
+func CheckBuiltinJobs(cfg *promconfig.Config, b Builtin) error {
+	_, err := builtinJobs(cfg, b)
+	return err
+}
+
+func builtinJobs(cfg *promconfig.Config, b Builtin) ([]*promconfig.ScrapeConfig, error) {
 	jobs := []*promconfig.ScrapeConfig{builtinJob(JobSelf, "/metrics", b)}
 	if b.Cadvisor {
 		j := builtinJob(JobCadvisor, "/metrics/cadvisor", b)
@@ -53,24 +70,23 @@ func AddBuiltinJobs(cfg *promconfig.Config, b Builtin) error {
 	for _, user := range cfg.ScrapeConfigs {
 		for _, j := range jobs {
 			if user.JobName == j.JobName {
-				return fmt.Errorf("scrape_configs: job_name %q is reserved for gpuscope's built-in collector; choose another name", user.JobName)
+				return nil, fmt.Errorf("scrape_configs: job_name %q is reserved for gpuscope's built-in collector; choose another name", user.JobName)
 			}
 		}
 		// The node jobs' names are reserved even while no node is
 		// listed, so adding the first node never breaks a working config.
 		for _, ep := range nodeEndpoints {
 			if user.JobName == ep.job {
-				return fmt.Errorf("scrape_configs: job_name %q is reserved for the jobs of the nodes: section; choose another name", user.JobName)
+				return nil, fmt.Errorf("scrape_configs: job_name %q is reserved for the jobs of the nodes: section; choose another name", user.JobName)
 			}
 		}
 	}
 	for _, j := range jobs {
 		if err := j.Validate(cfg.GlobalConfig); err != nil {
-			return fmt.Errorf("built-in job %s: %w", j.JobName, err)
+			return nil, fmt.Errorf("built-in job %s: %w", j.JobName, err)
 		}
 	}
-	cfg.ScrapeConfigs = append(jobs, cfg.ScrapeConfigs...)
-	return nil
+	return jobs, nil
 }
 
 func builtinJob(name, path string, b Builtin) *promconfig.ScrapeConfig {

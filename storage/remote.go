@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +34,10 @@ type RemoteOptions struct {
 	// FlushDeadline bounds how long shutdown and reload wait for queued
 	// samples to be sent.
 	FlushDeadline time.Duration
-	// ScrapeManager, when set, lets the queues send metric metadata.
-	ScrapeManager func() *promscrape.Manager
+	// ScrapeManager, when set, lets the queues send metric metadata once
+	// the scrape manager exists: it is built after the remote storage,
+	// whose fanout it appends to.
+	ScrapeManager *ReadyScrapeManager
 }
 
 // Remote is Prometheus's remote storage (storage/remote), wired as
@@ -58,7 +61,7 @@ func NewRemote(o RemoteOptions) *Remote {
 	}
 	var sm remote.ReadyScrapeManager
 	if o.ScrapeManager != nil {
-		sm = readyScrapeManager(o.ScrapeManager)
+		sm = o.ScrapeManager
 	}
 	return &Remote{Storage: remote.NewStorage(o.Logger, o.Registerer, o.Local.StartTime, o.Dir, o.FlushDeadline, sm, false)}
 }
@@ -70,10 +73,19 @@ func (r *Remote) Close() error {
 	return r.closeErr
 }
 
-type readyScrapeManager func() *promscrape.Manager
+// ReadyScrapeManager holds the scrape manager for those built before it,
+// as cmd/prometheus's readyScrapeManager does: until Set, Get answers
+// tsdb.ErrNotReady.
+type ReadyScrapeManager struct {
+	m atomic.Pointer[promscrape.Manager]
+}
 
-func (f readyScrapeManager) Get() (*promscrape.Manager, error) {
-	if m := f(); m != nil {
+// Set publishes the scrape manager.
+func (r *ReadyScrapeManager) Set(m *promscrape.Manager) { r.m.Store(m) }
+
+// Get returns the scrape manager, or tsdb.ErrNotReady before Set.
+func (r *ReadyScrapeManager) Get() (*promscrape.Manager, error) {
+	if m := r.m.Load(); m != nil {
 		return m, nil
 	}
 	return nil, tsdb.ErrNotReady

@@ -92,7 +92,7 @@ func Open(o Options) (*DB, error) {
 	if stats == nil {
 		stats = tsdb.NewDBStats()
 	}
-	logger := o.Logger.With("component", "tsdb")
+	logger := o.Logger
 	// Damaged blocks are set aside before Open, which would fail on some
 	// and serve read errors from the others (repair.go).
 	start := time.Now()

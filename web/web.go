@@ -24,19 +24,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	toolkitweb "github.com/prometheus/exporter-toolkit/web"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/gpuscope/gpuscope/dashboards"
 )
 
 var errNoScrapeManager = errors.New("scraping is not running")
-
-// selfPipeBytes is the buffer of each direction of an in-memory connection
-// of the built-in jobs. A scrape larger than it flows through as the scrape
-// loop reads; each kept-alive connection holds two, so 1 MiB pipes were a
-// quarter of an idle appliance's heap (BENCHMARKS.md, "Where idle time
-// goes").
-const selfPipeBytes = 64 << 10
 
 // Options configure the HTTP server.
 type Options struct {
@@ -66,6 +58,9 @@ type Options struct {
 	Status func() []StatusLine
 	// Overview configures the page at /.
 	Overview OverviewOptions
+	// Self, when set, is the in-memory listener the built-in scrape jobs
+	// dial; Run serves the collectors' endpoints (only those) on it.
+	Self *SelfListener
 }
 
 // StatusLine is one line of the status page.
@@ -81,7 +76,6 @@ type Handler struct {
 	// listener and on the in-memory self listener the built-in scrape jobs
 	// use, so self-scrapes need neither the network nor credentials.
 	metricsMux *http.ServeMux
-	self       *bufconn.Listener
 
 	reloadCh chan chan error
 	quitCh   chan struct{}
@@ -106,7 +100,6 @@ func New(o Options) *Handler {
 		opts:       o,
 		echo:       echo.New(),
 		metricsMux: http.NewServeMux(),
-		self:       bufconn.Listen(selfPipeBytes),
 		reloadCh:   make(chan chan error),
 		quitCh:     make(chan struct{}),
 		started:    time.Now(),
@@ -229,11 +222,6 @@ func (h *Handler) quit(c echo.Context) error {
 	return c.String(http.StatusOK, "Requesting termination... Goodbye!\n")
 }
 
-// SelfDial connects to the in-memory listener that serves /metrics*.
-func (h *Handler) SelfDial(ctx context.Context) (net.Conn, error) {
-	return h.self.DialContext(ctx)
-}
-
 // Listen opens the public listener; called before anything slow starts so
 // a port in use fails the start at once.
 func Listen(address string) (net.Listener, error) {
@@ -274,7 +262,9 @@ func (h *Handler) Run(ctx context.Context, l net.Listener) error {
 		webConfig := h.opts.WebConfigFile
 		errc <- toolkitweb.Serve(l, public, &toolkitweb.FlagConfig{WebConfigFile: &webConfig}, h.opts.Logger)
 	}()
-	go func() { errc <- self.Serve(h.self) }()
+	if h.opts.Self != nil {
+		go func() { errc <- self.Serve(h.opts.Self) }()
+	}
 
 	select {
 	case err := <-errc:

@@ -166,7 +166,8 @@ func TestLifecycleReload(t *testing.T) {
 // TestSelfListenerServesMetrics: the collectors' endpoints answer on the
 // in-memory listener the built-in jobs scrape, without the API.
 func TestSelfListenerServesMetrics(t *testing.T) {
-	h, _ := newTestHandler(t, Options{})
+	self := NewSelfListener("localhost:9089")
+	h, _ := newTestHandler(t, Options{Self: self})
 	h.MountMetrics("/metrics/demo", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "demo_metric 1\n")
 	}))
@@ -177,7 +178,7 @@ func TestSelfListenerServesMetrics(t *testing.T) {
 	go func() { done <- h.Run(ctx, l) }()
 
 	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return h.SelfDial(ctx) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return self.Dial(ctx) },
 	}}
 	resp, err := client.Get("http://anything/metrics/demo")
 	require.NoError(t, err)

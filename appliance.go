@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/version"
+	promconfig "github.com/prometheus/prometheus/config"
+	"github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+	promstorage "github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/fileutil"
+	apiv1 "github.com/prometheus/prometheus/web/api/v1"
+
+	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/dashboards"
+	"github.com/gpuscope/gpuscope/doctor"
+	"github.com/gpuscope/gpuscope/query"
+	"github.com/gpuscope/gpuscope/rules"
+	"github.com/gpuscope/gpuscope/scrape"
+	"github.com/gpuscope/gpuscope/scrape/families"
+	"github.com/gpuscope/gpuscope/storage"
+	"github.com/gpuscope/gpuscope/web"
+)
+
+// appliance is `gpuscope serve`: its components, built in dependency
+// order by newAppliance (each build step reads only what the steps before
+// it set) and run in that order by run.
+type appliance struct {
+	s        *serveSettings
+	logger   *slog.Logger
+	registry *prometheus.Registry
+	// sdMetrics are the service discovery metrics, registered once and
+	// shared by the scrape and notifier discovery, as in Prometheus.
+	sdMetrics *discovery.SDMetrics
+	config    atomic.Pointer[config.Config] // the config in effect; swapped whole on reload
+	reload    *reloadState
+
+	// listen
+	listener net.Listener
+	self     *web.SelfListener
+	// storage
+	lock        fileutil.Releaser
+	ready       *storage.Ready
+	remote      *storage.Remote
+	scrapeReady *storage.ReadyScrapeManager // for remote write's metadata; set in buildIngest
+	fanout      promstorage.Storage         // TSDB + remote storage: scrape, rule and push appends, queries
+	// query
+	parser   parser.Parser
+	engine   *query.Engine
+	notifier *rules.Notifier
+	rules    *rules.Manager
+	reporter *accounting.Reporter
+	// ingest
+	collectors *nodeCollectors
+	scraper    *scrape.Scraper
+	// web
+	health *doctor.Cache
+	web    *web.Handler
+}
+
+// newAppliance builds every component; it starts none. cfg is the config
+// read at start, before the built-in jobs are added.
+func newAppliance(s *serveSettings, cfg *config.Config, logger *slog.Logger) (*appliance, error) {
+	a := &appliance{s: s, logger: logger, registry: newSelfRegistry()}
+	a.reload = newReloadState(a.registry)
+	var err error
+	if a.sdMetrics, err = discovery.CreateAndRegisterSDMetrics(a.registry); err != nil {
+		return nil, fmt.Errorf("register service discovery metrics: %w", err)
+	}
+	// Listen before anything slow starts, so a port in use fails at once.
+	if err := a.listen(cfg); err != nil {
+		return nil, err
+	}
+	a.config.Store(cfg)
+	for _, build := range []func() error{a.buildStorage, a.buildQuery, a.buildIngest, a.buildWeb} {
+		if err := build(); err != nil {
+			a.close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// listen takes the port and builds the self listener the built-in jobs
+// scrape, whose address (the port's) the built-in jobs name.
+func (a *appliance) listen(cfg *config.Config) error {
+	l, err := web.Listen(a.s.listenAddress)
+	if err != nil {
+		return err
+	}
+	a.self = web.NewSelfListener(net.JoinHostPort("localhost", strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
+	if err := cfg.AddBuiltinJobs(a.self.Address(), a.s.nodeName); err != nil {
+		l.Close()
+		return fmt.Errorf("load config: %w", err)
+	}
+	a.listener = l
+	return nil
+}
+
+// buildStorage locks the data directory and builds the storage the TSDB
+// opens into (in run, so that the web server answers during a long WAL
+// replay) and the remote-write queues.
+func (a *appliance) buildStorage() error {
+	// The data directory is locked before the engine rewrites its active
+	// query log there, so a second gpuscope on it stops here, harmlessly.
+	var err error
+	if a.lock, err = storage.Lock(a.s.dataDir); err != nil {
+		return err
+	}
+	a.ready = storage.NewReady()
+	a.scrapeReady = &storage.ReadyScrapeManager{}
+	a.remote = storage.NewRemote(storage.RemoteOptions{
+		Logger:        a.logger.With("component", "remote"),
+		Registerer:    a.registry,
+		Local:         a.ready,
+		Dir:           a.s.dataDir,
+		FlushDeadline: time.Duration(a.s.flags.remoteFlushDeadline),
+		ScrapeManager: a.scrapeReady,
+	})
+	a.fanout = storage.NewFanout(a.logger, a.ready, a.remote)
+	return nil
+}
+
+// buildQuery builds the PromQL engine, the notifier, the rule manager and
+// the run reports, which all read through the engine.
+func (a *appliance) buildQuery() error {
+	f := a.s.flags
+	a.parser = parser.NewParser(parser.Options{})
+	var err error
+	a.engine, err = query.NewEngine(query.EngineOptions{
+		Logger:         a.logger, // it names its parts: query engine, activeQueryTracker
+		Registerer:     a.registry,
+		DataDir:        a.s.dataDir,
+		Timeout:        time.Duration(f.queryTimeout),
+		MaxSamples:     f.maxSamples,
+		MaxConcurrency: f.maxConcurrency,
+		LookbackDelta:  time.Duration(f.lookbackDelta),
+		Parser:         a.parser,
+	})
+	if err != nil {
+		return err
+	}
+	// Alert delivery has its own discovery of Alertmanagers, sharing the
+	// service discovery metrics with scraping as in Prometheus.
+	a.notifier, err = rules.NewNotifier(rules.NotifierOptions{
+		Logger:          a.logger, // it names its parts: notifier, discovery manager notify
+		Registerer:      a.registry,
+		SDMetrics:       a.sdMetrics,
+		QueueCapacity:   f.notificationQueue,
+		DrainOnShutdown: f.drainNotifications,
+	})
+	if err != nil {
+		return err
+	}
+	externalURL, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.listener.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		return err
+	}
+	a.rules, err = rules.NewManager(rules.Options{
+		Logger:          a.logger.With("component", "rule manager"),
+		Registerer:      a.registry,
+		Engine:          a.engine,
+		Queryable:       a.fanout,
+		Appendable:      a.fanout,
+		Notifier:        a.notifier.Manager(),
+		ExternalURL:     externalURL,
+		OutageTolerance: time.Duration(f.outageTolerance),
+		ForGracePeriod:  time.Duration(f.forGracePeriod),
+		ResendDelay:     time.Duration(f.resendDelay),
+		Parser:          a.parser,
+	})
+	if err != nil {
+		return err
+	}
+	a.reporter, err = accounting.New(accounting.Options{
+		Engine:         a.engine,
+		Queryable:      a.fanout,
+		Interval:       a.accountingInterval,
+		GroupEnabled:   func() bool { _, ok := a.accountingGroup(); return ok },
+		RollupInterval: a.accountingRollupInterval,
+		Prices:         func() accounting.Prices { return a.config.Load().Accounting.Prices() },
+		Logger:         a.logger.With("component", "accounting"),
+	})
+	return err
+}
+
+// buildIngest builds the node's collectors and the scrape manager that
+// reads them (through the self listener) and every other target.
+func (a *appliance) buildIngest() error {
+	var err error
+	if a.collectors, err = newNodeCollectors(a.config.Load(), a.s.nodeName, a.logger); err != nil {
+		return err
+	}
+	a.scraper, err = scrape.New(scrape.Options{
+		Logger:      a.logger, // it names its parts: scrape manager, discovery manager scrape
+		Registerer:  a.registry,
+		SDMetrics:   a.sdMetrics,
+		Appendable:  a.fanout,
+		SelfAddress: a.self.Address(),
+		SelfDial:    a.self.Dial,
+	})
+	if err != nil {
+		return err
+	}
+	a.scrapeReady.Set(a.scraper.Manager())
+	return nil
+}
+
+// buildWeb builds the HTTP side: the API over the engine and storage, the
+// overview page, federation, dashboards and the collectors' endpoints.
+func (a *appliance) buildWeb() error {
+	boards, err := dashboards.Build()
+	if err != nil {
+		return err
+	}
+	externalURL, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.port())
+	if err != nil {
+		return err
+	}
+	a.health = doctor.NewCache(a.doctorChecks, 0)
+	a.web = web.New(web.Options{
+		Logger:              a.logger.With("component", "web"),
+		ListenAddress:       a.s.listenAddress,
+		ExternalURL:         externalURL,
+		CORSOrigin:          a.s.cors,
+		WebConfigFile:       a.s.flags.webConfigFile,
+		MaxRequestBodyBytes: int64(a.s.flags.maxBodyBytes),
+		EnableLifecycle:     a.s.flags.enableLifecycle,
+		// The series diet: /metrics, and so the built-in gpuscope job,
+		// has the families self_metrics: turns on, as of the last reload.
+		Gatherer: families.Gatherer(a.registry, func(name string) bool {
+			return a.config.Load().SelfMetrics.Families.Keep(name)
+		}),
+		Registerer:                a.registry,
+		API:                       a.apiOptions(),
+		AllowUnauthenticatedAdmin: a.s.flags.allowUnauthAdmin,
+		Status:                    a.statusLines,
+		Overview: web.OverviewOptions{
+			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
+			Health:         a.healthChecks,
+			GrafanaURL:     func() string { return a.config.Load().Web.GrafanaURL },
+		},
+		Self: a.self,
+	})
+	a.web.MountFederation(web.FederationOptions{
+		Queryable:     a.ready,
+		LookbackDelta: time.Duration(a.s.flags.lookbackDelta),
+		ExternalLabels: func() labels.Labels {
+			return a.config.Load().Prometheus.GlobalConfig.ExternalLabels
+		},
+		Parser:     a.parser,
+		Registerer: a.registry,
+	})
+	a.web.MountDashboards(boards)
+	a.collectors.mount(a.web)
+	return nil
+}
+
+func (a *appliance) apiOptions() *web.APIOptions {
+	f := a.s.flags
+	return &web.APIOptions{
+		QueryEngine:   a.engine,
+		Queryable:     a.fanout,
+		Appendable:    a.fanout,
+		Exemplars:     a.ready,
+		TSDB:          a.ready,
+		TSDBDir:       a.s.dataDir,
+		ScrapeManager: a.scraper.Manager(),
+		RuleManager:   a.rules.Prometheus(),
+		Notifier:      a.notifier.Manager(),
+		Config:        func() promconfig.Config { return *a.config.Load().Prometheus },
+		Flags:         a.s.flagValues(),
+		RuntimeInfo:   a.runtimeInfo,
+		BuildInfo: &apiv1.PrometheusVersion{
+			Version:   version.Version,
+			Revision:  version.GetRevision(),
+			Branch:    version.Branch,
+			BuildUser: version.BuildUser,
+			BuildDate: version.BuildDate,
+			GoVersion: version.GoVersion,
+		},
+		EnableAdmin:               f.enableAdmin,
+		EnableRemoteWriteReceiver: f.enableRemoteWriteReceiver,
+		EnableOTLPReceiver:        f.enableOTLPReceiver,
+		LookbackDelta:             time.Duration(f.lookbackDelta),
+		QueryTimeout:              time.Duration(f.queryTimeout),
+		Parser:                    a.parser,
+		Workloads:                 a.reporter,
+	}
+}
+
+// close releases what newAppliance acquired: the engine's query log, the
+// remote storage's goroutine, the data directory lock and the listener
+// (if the server never took it).
+func (a *appliance) close() error {
+	var errs []error
+	if a.health != nil {
+		a.health.Wait()
+	}
+	if a.remote != nil {
+		errs = append(errs, a.remote.Close())
+	}
+	if a.engine != nil {
+		errs = append(errs, a.engine.Close())
+	}
+	if a.lock != nil {
+		errs = append(errs, a.lock.Release())
+	}
+	return errors.Join(errs...)
+}
+
+func (a *appliance) port() int { return a.listener.Addr().(*net.TCPAddr).Port }
+
+// run starts the components in dependency order, serves until ctx ends,
+// and stops them in reverse order (runner says why).
+func (a *appliance) run(ctx context.Context) (err error) {
+	r := newRunner()
+	defer func() {
+		err = errors.Join(err, r.stopAll(), a.close())
+		if err == nil {
+			a.logger.Info("See you next time!")
+		}
+	}()
+	r.start("web", func(ctx context.Context) error { return a.web.Run(ctx, a.listener) })
+	a.collectors.start(r)
+	if err := a.openStorage(r); err != nil {
+		return err
+	}
+	if err := a.applyConfig(a.config.Load()); err != nil {
+		return fmt.Errorf("apply initial config: %w", err)
+	}
+	r.start("scrape", a.scraper.Run)
+	// The rule manager stops before the notifier, which then sends what
+	// the last evaluations queued.
+	r.start("notify", a.notifier.Run)
+	r.start("rules", a.rules.Run)
+
+	a.web.SetReady(true)
+	a.health.Checks(ctx) // the first run now, so that the page has them when first opened
+	a.logger.Info("gpuscope is ready; point Grafana's Prometheus data source at this URL",
+		"url", a.grafanaURL(), "listen", a.listener.Addr().String(), "node", a.s.nodeName)
+	return r.wait(ctx, events{
+		hup: func() {
+			if err := a.reloadConfig(); err != nil {
+				a.logger.Error("Reload failed; the previous configuration stays in effect", "err", err)
+			}
+		},
+		reload: a.web.Reload(),
+		apply:  a.reloadConfig,
+		quit:   a.web.Quit(),
+		ready:  a.web.SetReady,
+		logger: a.logger,
+	})
+}
+
+// openStorage opens the TSDB (replaying its WAL) with the web server
+// already answering, and starts what writes beside it: the disk reserve
+// and the remote-write queues that tail its WAL.
+func (a *appliance) openStorage(r *runner) error {
+	f := a.s.flags
+	a.logger.Info("Opening TSDB", "dir", a.s.dataDir)
+	start := time.Now()
+	db, err := storage.Open(storage.Options{
+		Dir:              a.s.dataDir,
+		Retention:        time.Duration(f.retentionTime),
+		MaxBytes:         f.retentionSize,
+		WALCompression:   f.walCompression,
+		MinBlockDuration: time.Duration(f.minBlockRange),
+		SkipBlockCheck:   !f.verifyBlocks,
+		MaxExemplars:     a.config.Load().Prometheus.StorageConfig.ExemplarsConfig.MaxExemplars,
+		Stats:            a.ready.DBStats(),
+		Logger:           a.logger.With("component", "tsdb"),
+		Registerer:       a.registry,
+	})
+	if err != nil {
+		return err
+	}
+	r.onStop("tsdb", func() error {
+		a.logger.Info("Closing TSDB")
+		if err := db.Close(); err != nil {
+			return fmt.Errorf("close TSDB: %w", err)
+		}
+		return nil
+	})
+	// As Prometheus: the remote-write queues tail the WAL and are woken
+	// on every commit; they stop (flushing for up to the flush deadline)
+	// after scraping and before the TSDB closes.
+	db.SetWriteNotified(a.remote)
+	r.onStop("remote_storage", a.remote.Close)
+	// A commit refused for lack of space frees the disk reserve, so the
+	// failure itself is stored and alerted on (storage/reserve.go).
+	reserve := storage.NewReserve(storage.ReserveOptions{
+		Dir:        a.s.dataDir,
+		Size:       int64(f.diskReserve),
+		Logger:     a.logger.With("component", "tsdb"),
+		Registerer: a.registry,
+	})
+	a.ready.OnCommitFailed(reserve.CommitFailed)
+	r.start("disk_reserve", reserve.Run)
+	a.ready.Set(db)
+	a.logger.Info("TSDB open", "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
