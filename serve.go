@@ -329,13 +329,12 @@ func newAppliance(f *serveFlags, logger *slog.Logger) (*appliance, error) {
 	}
 
 	reporter, err := accounting.New(accounting.Options{
-		Engine:         a.engine,
-		Queryable:      a.fanout,
-		Interval:       a.accountingInterval,
-		GroupEnabled:   func() bool { _, ok := a.accountingGroup(); return ok },
-		RollupInterval: a.accountingRollupInterval,
-		Prices:         func() accounting.Prices { return a.config.Load().Accounting.Prices() },
-		Logger:         logger.With("component", "accounting"),
+		Engine:    a.engine,
+		Queryable: a.fanout,
+		Rules:     a.rules.Manager(),
+		TimeScale: func() float64 { return a.config.Load().Rules.Builtin.TimeScale },
+		Prices:    func() accounting.Prices { return a.config.Load().Accounting.Prices() },
+		Logger:    logger.With("component", "accounting"),
 	})
 	if err != nil {
 		a.close()

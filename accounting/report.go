@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/gpuscope/gpuscope/workload"
@@ -32,12 +33,24 @@ const (
 	seriesBottleneck = "gpu_workload:bottleneck:class" // gpuscope.diagnosis
 	seriesXIDs       = "gpu_workload:xid_errors_total:sum"
 	seriesMemory     = "workload:memory_working_set_bytes:max1m"
-	accountingGroup  = "gpuscope.accounting"
-	rollupGroup      = "gpuscope.accounting.hourly"
 	// rollupHours is 1 at each evaluation of the hourly group: the hours
 	// its sums cover.
 	rollupHours        = "gpuscope:accounting_rollup:present"
 	defaultReportRange = 7 * 24 * time.Hour
+)
+
+// The built-in rule groups the report reads, as query/pack/accounting.yml
+// names them.
+const (
+	// accountingGroup records, every interval, what each workload holds;
+	// each of its samples stands for one interval.
+	accountingGroup = "gpuscope.accounting"
+	// accountingInterval is accountingGroup's interval in the pack, before
+	// rules.builtin.time_scale divides it.
+	accountingInterval = time.Minute
+	// rollupGroup sums accountingGroup's series by the hour for reports
+	// over long ranges.
+	rollupGroup = "gpuscope.accounting.hourly"
 )
 
 // ErrEmptyRange is the error of a query whose start is not before its end.
@@ -56,27 +69,35 @@ type Prices struct {
 	GramsCO2PerKWh float64
 }
 
+// RuleGroups is what the report asks of the rule manager: the groups it
+// runs now, after reloads and rules.builtin's filters. Prometheus's
+// *rules.Manager is one.
+type RuleGroups interface {
+	RuleGroups() []*rules.Group
+}
+
+var _ RuleGroups = (*rules.Manager)(nil)
+
 // Options configure a Reporter.
 type Options struct {
 	Engine    promql.QueryEngine
 	Queryable storage.Queryable
-	// Interval returns the evaluation interval of the gpuscope.accounting
-	// group as it runs now (1m divided by rules.builtin.time_scale); every
-	// recorded sample stands for that much time. It follows reloads.
-	Interval func() time.Duration
+	// Rules is the rule manager, where the report finds its groups as
+	// they run at each report. The gpuscope.accounting group's interval is
+	// how much time each recorded sample stands for; without the group the
+	// report has no GPU, energy or CPU figures and says so in a warning.
+	// The gpuscope.accounting.hourly group's hours are read from its
+	// series, and only the rest from the minute and cAdvisor series.
+	// Required.
+	Rules RuleGroups
+	// TimeScale returns rules.builtin.time_scale; it follows reloads.
+	// While gpuscope.accounting does not run, the samples it recorded
+	// before are taken to stand for its interval at this scale, 1m divided
+	// by it. Nil: 1.
+	TimeScale func() float64
 	// Prices returns the configured prices; it follows reloads. Nil: none.
 	Prices func() Prices
-	// GroupEnabled reports whether the gpuscope.accounting group runs;
-	// without it the report has no GPU, energy or CPU figures and says so
-	// in a warning. Nil: enabled.
-	GroupEnabled func() bool
-	// RollupInterval returns the evaluation interval of the
-	// gpuscope.accounting.hourly group as it runs now (1h divided by
-	// rules.builtin.time_scale), 0 when it does not run. The report reads
-	// the hours that group summed from its series and only the rest from
-	// the minute and cAdvisor series. Nil: no roll-up, every sample read.
-	RollupInterval func() time.Duration
-	Logger         *slog.Logger
+	Logger *slog.Logger
 }
 
 // Reporter computes run reports.
@@ -89,22 +110,50 @@ func New(o Options) (*Reporter, error) {
 	if o.Engine == nil || o.Queryable == nil {
 		return nil, errors.New("accounting: a query engine and a queryable are required")
 	}
-	if o.Interval == nil {
-		return nil, errors.New("accounting: the accounting group's interval is required")
+	if o.Rules == nil {
+		return nil, errors.New("accounting: the rule manager is required")
+	}
+	if o.TimeScale == nil {
+		o.TimeScale = func() float64 { return 1 }
 	}
 	if o.Prices == nil {
 		o.Prices = func() Prices { return Prices{} }
-	}
-	if o.GroupEnabled == nil {
-		o.GroupEnabled = func() bool { return true }
-	}
-	if o.RollupInterval == nil {
-		o.RollupInterval = func() time.Duration { return 0 }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Reporter{o: o}, nil
+}
+
+// accountingGroups is how the accounting groups run now.
+type accountingGroups struct {
+	// interval is how much time each accounting sample stands for.
+	interval time.Duration
+	// enabled is whether gpuscope.accounting runs.
+	enabled bool
+	// rollup is the hourly group's interval, 0 when it does not run (the
+	// report then reads every minute).
+	rollup time.Duration
+}
+
+// groups finds the accounting groups among those the rule manager runs,
+// the first of each name as Prometheus's API lists them.
+func (r *Reporter) groups() accountingGroups {
+	running := r.o.Rules.RuleGroups()
+	find := func(name string) *rules.Group {
+		if i := slices.IndexFunc(running, func(g *rules.Group) bool { return g.Name() == name }); i >= 0 {
+			return running[i]
+		}
+		return nil
+	}
+	gs := accountingGroups{interval: time.Duration(float64(accountingInterval) / r.o.TimeScale())}
+	if g := find(accountingGroup); g != nil {
+		gs.interval, gs.enabled = g.Interval(), true
+	}
+	if g := find(rollupGroup); g != nil {
+		gs.rollup = g.Interval()
+	}
+	return gs
 }
 
 // Query selects the runs of a report: those seen between Start and End.
@@ -181,9 +230,10 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		return Report{}, fmt.Errorf("%w: start %s is not at least a second before end %s", ErrEmptyRange,
 			q.Start.UTC().Format(time.RFC3339), q.End.UTC().Format(time.RFC3339))
 	}
-	interval := r.o.Interval().Seconds()
+	gs := r.groups()
+	interval := gs.interval.Seconds()
 	e := &evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
-	segs := e.segments(q.Start, q.End, r.o.RollupInterval())
+	segs := e.segments(q.Start, q.End, gs.rollup)
 	idLabels := "instance, id, " + strings.Join(workload.LabelNames(), ", ")
 
 	// The GPU-holding runs first, in one read of the held series: their
@@ -262,7 +312,7 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		}
 	}
 	if len(unstarted) > 0 {
-		step := model.Duration(r.o.Interval()).String()
+		step := model.Duration(gs.interval).String()
 		e.each(`min by (instance, id) (min_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unstarted, "|"))+`})`+strings.TrimSuffix(e.rng, "]")+`:`+step+`]))`, runs, func(run *Run, v float64) {
 			if run.Start.IsZero() {
 				run.Start = unixTime(v)
@@ -433,7 +483,7 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	slices.SortFunc(out.Runs, func(a, b Run) int {
 		return cmp.Or(b.Start.Compare(a.Start), cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.ID, b.ID))
 	})
-	if !r.o.GroupEnabled() {
+	if !gs.enabled {
 		out.Warnings = append(out.Warnings, "the built-in rule group "+accountingGroup+" is disabled (rules.builtin.disabled_groups): GPU-hours, SM share, energy and CPU-seconds are not recorded and read 0")
 	}
 	return out, nil
