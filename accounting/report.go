@@ -217,7 +217,10 @@ func keyOf(m labels.Labels) runKey {
 	return runKey{m.Get("instance"), m.Get("id")}
 }
 
-// Report computes the report of q.
+// Report computes the report of q: a draft filled in by one phase per
+// figure, each a query or a few over the range's segments. The order
+// matters where a phase reads what an earlier one found: the runs, their
+// GPUs, their starts.
 func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	if q.End.IsZero() {
 		q.End = time.Now()
@@ -231,126 +234,213 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 			q.Start.UTC().Format(time.RFC3339), q.End.UTC().Format(time.RFC3339))
 	}
 	gs := r.groups()
-	interval := gs.interval.Seconds()
 	e := &evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
-	segs := e.segments(q.Start, q.End, gs.rollup)
-	idLabels := "instance, id, " + strings.Join(workload.LabelNames(), ", ")
+	d := &draft{q: q, e: e, interval: gs.interval, segs: e.segments(q.Start, q.End, gs.rollup)}
+	d.gpuHolders()
+	d.cgroups()
+	d.gpuHours()
+	d.dropUnlisted()
+	d.starts()
+	d.ends()
+	d.smShare()
+	d.gpuMemory()
+	d.energy(r.o.Prices())
+	d.cpu()
+	d.memory()
+	d.oomKills()
+	d.countersBeforeRange()
+	d.xidErrors()
+	d.alerts()
+	d.bottlenecks()
+	if e.err != nil {
+		return Report{}, e.err
+	}
+	out := d.report()
+	if !gs.enabled {
+		out.Warnings = append(out.Warnings, "the built-in rule group "+accountingGroup+" is disabled (rules.builtin.disabled_groups): GPU-hours, SM share, energy and CPU-seconds are not recorded and read 0")
+	}
+	return out, nil
+}
 
-	// The GPU-holding runs first, in one read of the held series: their
-	// identity, GPUs and GPU-hours.
-	type gpuKey struct{ instance, gpu, uuid, gi string }
-	heldBy := e.over(segs, sum,
-		stat(`sum by (`+idLabels+`, gpu, UUID, GPU_I_ID) (sum_over_time(`+seriesGPUHeld+`%s))`),
-		stat(`sum by (`+idLabels+`, gpu, UUID, GPU_I_ID) (sum_over_time(gpu_workload:gpu_held:sum1h%s))`))
-	heldGPU := map[runKey]bool{}
-	var extraIDs []string // GPU holders whose runtime is not listed
-	for _, s := range heldBy {
+// draft is a report being computed: its query, the runs found so far, and
+// what a phase finds for a later one. A failed query leaves its error in
+// e, and the phases after it read nothing.
+type draft struct {
+	q        Query
+	e        *evaluator
+	segs     []segment
+	interval time.Duration // how much time each accounting sample stands for
+
+	runs map[runKey]*Run
+	// heldBy is the held series' sums per run and GPU (gpuHolders); heldGPU
+	// the runs among them, and extraIDs, quoted for a regexp, those whose
+	// runtime is not listed.
+	heldBy   []promql.Sample
+	heldGPU  map[runKey]bool
+	extraIDs []string
+	// lastSeen is the last sighting of each run cAdvisor saw (cgroups).
+	lastSeen map[runKey]float64
+	// gpusOf is each run's GPUs (gpuHours), for their memory totals.
+	gpusOf map[runKey][]gpuKey
+}
+
+type gpuKey struct{ instance, gpu, uuid, gi string }
+
+// runLabels are the labels that name a run and its workload, for a by
+// clause.
+func runLabels() string {
+	return "instance, id, " + strings.Join(workload.LabelNames(), ", ")
+}
+
+// cgroupStat is stat over cAdvisor's per-scrape series (and their hourly
+// roll-ups) of the listed runtimes only, and of the other cgroups that
+// held a GPU, unless all are asked for.
+func (d *draft) cgroupStat(agg, fn, metric string) func(string) string {
+	if d.q.All {
+		return stat(agg + ` (` + fn + `(` + metric + `{id!="/"}%s))`)
+	}
+	out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}%s))`
+	if len(d.extraIDs) > 0 {
+		out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(d.extraIDs, "|")) + `}%s))`
+	}
+	return stat(out)
+}
+
+// gpuHolders reads the GPU-holding runs first, in one read of the held
+// series: their identity, GPUs and GPU-hours. cgroups needs them to
+// read the unlisted runtimes' cgroups that held a GPU.
+func (d *draft) gpuHolders() {
+	d.heldBy = d.e.over(d.segs, sum,
+		stat(`sum by (`+runLabels()+`, gpu, UUID, GPU_I_ID) (sum_over_time(`+seriesGPUHeld+`%s))`),
+		stat(`sum by (`+runLabels()+`, gpu, UUID, GPU_I_ID) (sum_over_time(gpu_workload:gpu_held:sum1h%s))`))
+	d.heldGPU = map[runKey]bool{}
+	for _, s := range d.heldBy {
 		k := keyOf(s.Metric)
-		if !heldGPU[k] && !slices.Contains(listedRuntimes, s.Metric.Get(workload.LabelRuntime)) {
-			extraIDs = append(extraIDs, regexp.QuoteMeta(k.id))
+		if !d.heldGPU[k] && !slices.Contains(listedRuntimes, s.Metric.Get(workload.LabelRuntime)) {
+			d.extraIDs = append(d.extraIDs, regexp.QuoteMeta(k.id))
 		}
-		heldGPU[k] = true
+		d.heldGPU[k] = true
 	}
-	// cAdvisor's per-scrape series (and their hourly roll-ups) of the
-	// listed runtimes only, and of the other cgroups that held a GPU,
-	// unless all are asked for.
-	over := func(agg, fn, metric string) func(string) string {
-		if q.All {
-			return stat(agg + ` (` + fn + `(` + metric + `{id!="/"}%s))`)
-		}
-		out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}%s))`
-		if len(extraIDs) > 0 {
-			out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(extraIDs, "|")) + `}%s))`
-		}
-		return stat(out)
-	}
-	seen := e.over(segs, math.Max,
-		over(`max by (`+idLabels+`)`, "max_over_time", "container_last_seen"),
-		over(`max by (`+idLabels+`)`, "max_over_time", "workload:container_last_seen:max1h"))
-	runs := map[runKey]*Run{}
-	lastSeen := map[runKey]float64{}
+}
+
+// cgroups finds the runs cAdvisor saw, each named as at its last
+// sighting: a container's name can change once its runtime knows it.
+func (d *draft) cgroups() {
+	seen := d.e.over(d.segs, math.Max,
+		d.cgroupStat(`max by (`+runLabels()+`)`, "max_over_time", "container_last_seen"),
+		d.cgroupStat(`max by (`+runLabels()+`)`, "max_over_time", "workload:container_last_seen:max1h"))
+	d.runs = map[runKey]*Run{}
+	d.lastSeen = map[runKey]float64{}
 	for _, s := range seen {
 		k := keyOf(s.Metric)
-		if at, ok := lastSeen[k]; ok && at >= s.F {
+		if at, ok := d.lastSeen[k]; ok && at >= s.F {
 			continue
 		}
 		run := &Run{Instance: k.instance, ID: k.id}
 		setIdentity(run, s.Metric)
-		runs[k], lastSeen[k] = run, s.F
+		d.runs[k], d.lastSeen[k] = run, s.F
 	}
-	gpusOf := map[runKey][]gpuKey{}
-	for _, s := range heldBy {
+}
+
+// gpuHours gives each GPU holder its GPUs and GPU-hours, adding the
+// holders cAdvisor did not see.
+func (d *draft) gpuHours() {
+	interval := d.interval.Seconds()
+	d.gpusOf = map[runKey][]gpuKey{}
+	for _, s := range d.heldBy {
 		k := keyOf(s.Metric)
-		run, ok := runs[k]
+		run, ok := d.runs[k]
 		if !ok { // cAdvisor off: the GPU series alone
 			run = &Run{Instance: k.instance, ID: k.id}
 			setIdentity(run, s.Metric)
-			runs[k] = run
+			d.runs[k] = run
 		}
 		run.GPUHours += s.F * interval / 3600
 		if name := gpuName(s.Metric); !slices.Contains(run.GPUs, name) {
 			run.GPUs = append(run.GPUs, name)
-			gpusOf[k] = append(gpusOf[k], gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")})
+			d.gpusOf[k] = append(d.gpusOf[k], gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")})
 		}
 	}
-	for k, run := range runs {
-		if !q.All && !heldGPU[k] && !slices.Contains(listedRuntimes, run.Runtime) {
-			delete(runs, k)
-		}
-	}
+}
 
-	eachRun(runs, e.over(segs, math.Min,
-		over(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"),
-		over(`min by (instance, id)`, "min_over_time", "workload:container_start_time_seconds:min1h")),
+// dropUnlisted drops the runs of unlisted runtimes that held no GPU,
+// unless all are asked for.
+func (d *draft) dropUnlisted() {
+	for k, run := range d.runs {
+		if !d.q.All && !d.heldGPU[k] && !slices.Contains(listedRuntimes, run.Runtime) {
+			delete(d.runs, k)
+		}
+	}
+}
+
+// starts sets each run's start: its cgroup's creation, or its first GPU
+// sample.
+func (d *draft) starts() {
+	eachRun(d.runs, d.e.over(d.segs, math.Min,
+		d.cgroupStat(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"),
+		d.cgroupStat(`min by (instance, id)`, "min_over_time", "workload:container_start_time_seconds:min1h")),
 		func(run *Run, v float64) { run.Start = unixTime(v) })
 	// A run cAdvisor does not know (its collector off, or a GPU process's
 	// cgroup it does not watch) starts at its first GPU sample.
 	var unstarted []string
-	for _, run := range runs {
+	for _, run := range d.runs {
 		if run.Start.IsZero() {
 			unstarted = append(unstarted, regexp.QuoteMeta(run.ID))
 		}
 	}
 	if len(unstarted) > 0 {
-		step := model.Duration(gs.interval).String()
-		e.each(`min by (instance, id) (min_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unstarted, "|"))+`})`+strings.TrimSuffix(e.rng, "]")+`:`+step+`]))`, runs, func(run *Run, v float64) {
+		step := model.Duration(d.interval).String()
+		d.e.each(`min by (instance, id) (min_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unstarted, "|"))+`})`+strings.TrimSuffix(d.e.rng, "]")+`:`+step+`]))`, d.runs, func(run *Run, v float64) {
 			if run.Start.IsZero() {
 				run.Start = unixTime(v)
 			}
 		})
 	}
-	for k, run := range runs {
-		if at, ok := lastSeen[k]; ok {
+}
+
+// ends sets each run's end, its last sighting; a run still seen or
+// holding a GPU at the range's end is running and has none.
+func (d *draft) ends() {
+	for k, run := range d.runs {
+		if at, ok := d.lastSeen[k]; ok {
 			end := unixTime(at)
 			run.End = &end
 		}
 	}
-	e.each(`group by (instance, id) (container_last_seen{id!="/"})`, runs, func(run *Run, _ float64) {
+	d.e.each(`group by (instance, id) (container_last_seen{id!="/"})`, d.runs, func(run *Run, _ float64) {
 		run.Running, run.End = true, nil
 	})
-	e.each(`group by (instance, id) (`+seriesGPUHeld+`)`, runs, func(run *Run, _ float64) {
+	d.e.each(`group by (instance, id) (`+seriesGPUHeld+`)`, d.runs, func(run *Run, _ float64) {
 		run.Running, run.End = true, nil
 	})
+}
 
-	smSum := e.over(segs, sum,
+// smShare sets each run's average and peak share of its GPUs' SMs.
+func (d *draft) smShare() {
+	smSum := d.e.over(d.segs, sum,
 		stat(`sum by (instance, id) (sum_over_time(`+seriesSMShare+`%s))`),
 		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:sum1h%s))`))
 	smCount := map[runKey]float64{}
-	for _, s := range e.over(segs, sum,
+	for _, s := range d.e.over(d.segs, sum,
 		stat(`sum by (instance, id) (count_over_time(`+seriesSMShare+`%s))`),
 		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:count1h%s))`)) {
 		smCount[keyOf(s.Metric)] = s.F
 	}
-	eachRun(runs, smSum, func(run *Run, v float64) {
+	eachRun(d.runs, smSum, func(run *Run, v float64) {
 		if n := smCount[runKey{run.Instance, run.ID}]; n > 0 {
 			run.SMShareAvg = v / n
 		}
 	})
-	eachRun(runs, e.over(segs, math.Max,
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesSMShare+`%s))`),
 		stat(`max by (instance, id) (max_over_time(gpu_workload:gpu_sm_share:max1h%s))`)),
 		func(run *Run, v float64) { run.SMShareMax = v })
-	eachRun(runs, e.over(segs, math.Max,
+}
+
+// gpuMemory sets each run's peak GPU memory and the largest memory of
+// the GPUs it held.
+func (d *draft) gpuMemory() {
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesGPUMemory+`%s))`),
 		stat(`max by (instance, id) (max_over_time(gpu_workload:gpu_memory_used_bytes:max1h%s))`)),
 		func(run *Run, v float64) { run.GPUMemoryMaxBytes = v })
@@ -358,10 +448,10 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	// GPU's total does not change: sampled hourly, not every scrape.
 	// Without the roll-up, an hourly subquery rather than every scrape.
 	var totals []promql.Sample
-	if len(segs) == 1 && !segs[0].hourly {
-		totals = e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(e.rng, "]") + `:1h]))`)
+	if len(d.segs) == 1 && !d.segs[0].hourly {
+		totals = d.e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(d.e.rng, "]") + `:1h]))`)
 	} else {
-		totals = e.over(segs, math.Max,
+		totals = d.e.over(d.segs, math.Max,
 			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL%s))`),
 			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(gpu:dcgm_fi_dev_fb_total:max1h%s))`))
 	}
@@ -369,13 +459,18 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	for _, s := range totals {
 		total[gpuKey{s.Metric.Get("instance"), s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}] = s.F * 1048576
 	}
-	for k, gs := range gpusOf {
+	for k, gs := range d.gpusOf {
 		for _, g := range gs {
-			runs[k].GPUMemoryTotalBytes = math.Max(runs[k].GPUMemoryTotalBytes, total[g])
+			d.runs[k].GPUMemoryTotalBytes = math.Max(d.runs[k].GPUMemoryTotalBytes, total[g])
 		}
 	}
-	prices := r.o.Prices()
-	eachRun(runs, e.over(segs, sum,
+}
+
+// energy sets each run's share of its GPUs' energy and, as prices says,
+// its cost and CO₂.
+func (d *draft) energy(prices Prices) {
+	interval := d.interval.Seconds()
+	eachRun(d.runs, d.e.over(d.segs, sum,
 		stat(`sum by (instance, id) (sum_over_time(`+seriesGPUPower+`%s))`),
 		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_power_watts:sum1h%s))`)),
 		func(run *Run, v float64) {
@@ -390,86 +485,118 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 				run.CO2Grams = &co2
 			}
 		})
-	// CPU from the kernel's counter (since the cgroup's creation, as the
-	// OOM count below): exact, where summing the recorded per-minute rate
-	// would lose up to an interval at each end of a run. Per cpu label
-	// first, so a container renamed in the range is not counted twice.
-	eachRun(runs, sumByRun(e.over(segs, math.Max,
-		over(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total"),
-		over(`max by (instance, id, cpu)`, "max_over_time", "workload:container_cpu_usage_seconds_total:max1h"))),
+}
+
+// cpu sets each run's CPU core-seconds from the kernel's counter (since
+// the cgroup's creation, as the OOM count): exact, where summing the
+// recorded per-minute rate would lose up to an interval at each end of a
+// run. Per cpu label first, so a container renamed in the range is not
+// counted twice. countersBeforeRange takes off what a run used before
+// the range.
+func (d *draft) cpu() {
+	eachRun(d.runs, sumByRun(d.e.over(d.segs, math.Max,
+		d.cgroupStat(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total"),
+		d.cgroupStat(`max by (instance, id, cpu)`, "max_over_time", "workload:container_cpu_usage_seconds_total:max1h"))),
 		func(run *Run, v float64) { run.CPUCoreSeconds = v })
-	eachRun(runs, e.over(segs, math.Max,
+}
+
+// memory sets each run's peak memory working set.
+func (d *draft) memory() {
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesMemory+`%s))`),
 		stat(`max by (instance, id) (max_over_time(workload:memory_working_set_bytes:max1h%s))`)),
 		func(run *Run, v float64) { run.MemoryMaxBytes = v })
-	// container_oom_events_total counts from the cgroup's creation: a run
-	// that started in the range had all of its kills in it; one that
-	// started before had those since the range's first sample, read only
-	// for those runs.
-	eachRun(runs, e.over(segs, math.Max,
-		over(`max by (instance, id)`, "max_over_time", "container_oom_events_total"),
-		over(`max by (instance, id)`, "max_over_time", "workload:container_oom_events_total:max1h")),
+}
+
+// oomKills sets each run's OOM kills from container_oom_events_total,
+// which counts from the cgroup's creation: a run that started in the
+// range had all of its kills in it. countersBeforeRange takes off those
+// of a run that started before.
+func (d *draft) oomKills() {
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
+		d.cgroupStat(`max by (instance, id)`, "max_over_time", "container_oom_events_total"),
+		d.cgroupStat(`max by (instance, id)`, "max_over_time", "workload:container_oom_events_total:max1h")),
 		func(run *Run, v float64) { run.OOMKills = int(math.Round(v)) })
+}
+
+// countersBeforeRange subtracts, from each run that started before the
+// range, what its OOM and CPU counters had reached at the range's first
+// sample. Only those runs' series are read.
+func (d *draft) countersBeforeRange() {
 	var before []string
-	for _, run := range runs {
-		if run.Start.Before(q.Start) {
+	for _, run := range d.runs {
+		if run.Start.Before(d.q.Start) {
 			before = append(before, regexp.QuoteMeta(run.ID))
 		}
 	}
-	if len(before) > 0 {
-		ids := strconv.Quote(strings.Join(before, "|"))
-		eachRun(runs, e.over(segs, math.Min,
-			stat(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}%s))`),
-			stat(`min by (instance, id) (min_over_time(workload:container_oom_events_total:min1h{id=~`+ids+`}%s))`)),
-			func(run *Run, v float64) {
-				if run.Start.Before(q.Start) {
-					run.OOMKills -= int(math.Round(v))
-				}
-			})
-		eachRun(runs, sumByRun(e.over(segs, math.Min,
-			stat(`min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}%s))`),
-			stat(`min by (instance, id, cpu) (min_over_time(workload:container_cpu_usage_seconds_total:min1h{id=~`+ids+`}%s))`))),
-			func(run *Run, v float64) {
-				if run.Start.Before(q.Start) {
-					run.CPUCoreSeconds -= v
-				}
-			})
+	if len(before) == 0 {
+		return
 	}
-	// Per GPU series: its count's rise while the run held it.
+	ids := strconv.Quote(strings.Join(before, "|"))
+	eachRun(d.runs, d.e.over(d.segs, math.Min,
+		stat(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}%s))`),
+		stat(`min by (instance, id) (min_over_time(workload:container_oom_events_total:min1h{id=~`+ids+`}%s))`)),
+		func(run *Run, v float64) {
+			if run.Start.Before(d.q.Start) {
+				run.OOMKills -= int(math.Round(v))
+			}
+		})
+	eachRun(d.runs, sumByRun(d.e.over(d.segs, math.Min,
+		stat(`min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}%s))`),
+		stat(`min by (instance, id, cpu) (min_over_time(workload:container_cpu_usage_seconds_total:min1h{id=~`+ids+`}%s))`))),
+		func(run *Run, v float64) {
+			if run.Start.Before(d.q.Start) {
+				run.CPUCoreSeconds -= v
+			}
+		})
+}
+
+// xidErrors sets each run's XID errors: per GPU series, its count's rise
+// while the run held it.
+func (d *draft) xidErrors() {
 	xidMin := map[string]float64{}
-	for _, s := range e.over(segs, math.Min,
+	for _, s := range d.e.over(d.segs, math.Min,
 		stat(`min_over_time(`+seriesXIDs+`%s)`),
 		stat(`min_over_time(gpu_workload:xid_errors_total:min1h%s)`)) {
 		xidMin[s.Metric.String()] = s.F
 	}
-	xids := e.over(segs, math.Max,
+	xids := d.e.over(d.segs, math.Max,
 		stat(`max_over_time(`+seriesXIDs+`%s)`),
 		stat(`max_over_time(gpu_workload:xid_errors_total:max1h%s)`))
 	for i := range xids {
 		xids[i].F -= xidMin[xids[i].Metric.String()]
 	}
-	eachRun(runs, sumByRun(xids), func(run *Run, v float64) { run.XIDErrors = int(math.Round(v)) })
-	for _, s := range e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + e.rng + `))`) {
-		if run, ok := runs[keyOf(s.Metric)]; ok {
+	eachRun(d.runs, sumByRun(xids), func(run *Run, v float64) { run.XIDErrors = int(math.Round(v)) })
+}
+
+// alerts sets the alerts that fired naming each run's cgroup.
+func (d *draft) alerts() {
+	for _, s := range d.e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + d.e.rng + `))`) {
+		if run, ok := d.runs[keyOf(s.Metric)]; ok {
 			run.Alerts = append(run.Alerts, s.Metric.Get("alertname"))
 		}
 	}
+}
+
+// bottlenecks sets each run's bottleneck: the class its GPUs were in
+// longest while it held them, the first by name on a tie.
+func (d *draft) bottlenecks() {
 	most := map[runKey]float64{}
-	for _, s := range e.over(segs, sum,
+	for _, s := range d.e.over(d.segs, sum,
 		stat(`sum by (instance, id, class) (count_over_time(`+seriesBottleneck+`%s))`),
 		stat(`sum by (instance, id, class) (sum_over_time(gpu_workload:bottleneck:count1h%s))`)) {
 		k := keyOf(s.Metric)
-		if run, ok := runs[k]; ok && (s.F > most[k] || s.F == most[k] && s.Metric.Get("class") < run.Bottleneck) {
+		if run, ok := d.runs[k]; ok && (s.F > most[k] || s.F == most[k] && s.Metric.Get("class") < run.Bottleneck) {
 			most[k], run.Bottleneck = s.F, s.Metric.Get("class")
 		}
 	}
-	if e.err != nil {
-		return Report{}, e.err
-	}
+}
 
-	out := Report{Runs: make([]Run, 0, len(runs))}
-	for _, run := range runs {
-		end := q.End
+// report is the runs with their durations, newest first.
+func (d *draft) report() Report {
+	out := Report{Runs: make([]Run, 0, len(d.runs))}
+	for _, run := range d.runs {
+		end := d.q.End
 		if run.End != nil {
 			end = *run.End
 		}
@@ -483,10 +610,7 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	slices.SortFunc(out.Runs, func(a, b Run) int {
 		return cmp.Or(b.Start.Compare(a.Start), cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.ID, b.ID))
 	})
-	if !gs.enabled {
-		out.Warnings = append(out.Warnings, "the built-in rule group "+accountingGroup+" is disabled (rules.builtin.disabled_groups): GPU-hours, SM share, energy and CPU-seconds are not recorded and read 0")
-	}
-	return out, nil
+	return out
 }
 
 // evaluator runs the report's instant queries, keeping the first error
