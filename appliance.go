@@ -183,13 +183,12 @@ func (a *appliance) buildQuery() error {
 		return err
 	}
 	a.reporter, err = accounting.New(accounting.Options{
-		Engine:         a.engine,
-		Queryable:      a.fanout,
-		Interval:       a.accountingInterval,
-		GroupEnabled:   func() bool { _, ok := a.accountingGroup(); return ok },
-		RollupInterval: a.accountingRollupInterval,
-		Prices:         func() accounting.Prices { return a.config.Load().Accounting.Prices() },
-		Logger:         a.logger.With("component", "accounting"),
+		Engine:    a.engine,
+		Queryable: a.fanout,
+		Rules:     a.rules.Prometheus(),
+		TimeScale: func() float64 { return a.config.Load().Rules.Builtin.TimeScale },
+		Prices:    func() accounting.Prices { return a.config.Load().Accounting.Prices() },
+		Logger:    a.logger.With("component", "accounting"),
 	})
 	return err
 }

@@ -16,4 +16,8 @@
 // cgroup path, which holds the container id) plus the workload labels
 // (see package workload). Keeping id apart keeps two containers that
 // reuse a name apart.
+//
+// Reporter computes the report where the TSDB is, for /api/v1/workloads;
+// Client asks a gpuscope for it over that API, and WriteTable, WriteCSV
+// and WriteJSON print it, for `gpuscope workloads`.
 package accounting

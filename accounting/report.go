@@ -11,12 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/gpuscope/gpuscope/workload"
@@ -32,12 +32,24 @@ const (
 	seriesBottleneck = "gpu_workload:bottleneck:class" // gpuscope.diagnosis
 	seriesXIDs       = "gpu_workload:xid_errors_total:sum"
 	seriesMemory     = "workload:memory_working_set_bytes:max1m"
-	accountingGroup  = "gpuscope.accounting"
-	rollupGroup      = "gpuscope.accounting.hourly"
 	// rollupHours is 1 at each evaluation of the hourly group: the hours
 	// its sums cover.
 	rollupHours        = "gpuscope:accounting_rollup:present"
 	defaultReportRange = 7 * 24 * time.Hour
+)
+
+// The built-in rule groups the report reads, as rules/pack/accounting.yml
+// names them.
+const (
+	// accountingGroup records, every interval, what each workload holds;
+	// each of its samples stands for one interval.
+	accountingGroup = "gpuscope.accounting"
+	// accountingInterval is accountingGroup's interval in the pack, before
+	// rules.builtin.time_scale divides it.
+	accountingInterval = time.Minute
+	// rollupGroup sums accountingGroup's series by the hour for reports
+	// over long ranges.
+	rollupGroup = "gpuscope.accounting.hourly"
 )
 
 // ErrEmptyRange is the error of a query whose start is not before its end.
@@ -56,27 +68,35 @@ type Prices struct {
 	GramsCO2PerKWh float64
 }
 
+// RuleGroups is what the report asks of the rule manager: the groups it
+// runs now, after reloads and rules.builtin's filters. Prometheus's
+// *rules.Manager is one.
+type RuleGroups interface {
+	RuleGroups() []*rules.Group
+}
+
+var _ RuleGroups = (*rules.Manager)(nil)
+
 // Options configure a Reporter.
 type Options struct {
 	Engine    promql.QueryEngine
 	Queryable storage.Queryable
-	// Interval returns the evaluation interval of the gpuscope.accounting
-	// group as it runs now (1m divided by rules.builtin.time_scale); every
-	// recorded sample stands for that much time. It follows reloads.
-	Interval func() time.Duration
+	// Rules is the rule manager, where the report finds its groups as
+	// they run at each report. The gpuscope.accounting group's interval is
+	// how much time each recorded sample stands for; without the group the
+	// report has no GPU, energy or CPU figures and says so in a warning.
+	// The gpuscope.accounting.hourly group's hours are read from its
+	// series, and only the rest from the minute and cAdvisor series.
+	// Required.
+	Rules RuleGroups
+	// TimeScale returns rules.builtin.time_scale; it follows reloads.
+	// While gpuscope.accounting does not run, the samples it recorded
+	// before are taken to stand for its interval at this scale, 1m divided
+	// by it. Nil: 1.
+	TimeScale func() float64
 	// Prices returns the configured prices; it follows reloads. Nil: none.
 	Prices func() Prices
-	// GroupEnabled reports whether the gpuscope.accounting group runs;
-	// without it the report has no GPU, energy or CPU figures and says so
-	// in a warning. Nil: enabled.
-	GroupEnabled func() bool
-	// RollupInterval returns the evaluation interval of the
-	// gpuscope.accounting.hourly group as it runs now (1h divided by
-	// rules.builtin.time_scale), 0 when it does not run. The report reads
-	// the hours that group summed from its series and only the rest from
-	// the minute and cAdvisor series. Nil: no roll-up, every sample read.
-	RollupInterval func() time.Duration
-	Logger         *slog.Logger
+	Logger *slog.Logger
 }
 
 // Reporter computes run reports.
@@ -89,22 +109,50 @@ func New(o Options) (*Reporter, error) {
 	if o.Engine == nil || o.Queryable == nil {
 		return nil, errors.New("accounting: a query engine and a queryable are required")
 	}
-	if o.Interval == nil {
-		return nil, errors.New("accounting: the accounting group's interval is required")
+	if o.Rules == nil {
+		return nil, errors.New("accounting: the rule manager is required")
+	}
+	if o.TimeScale == nil {
+		o.TimeScale = func() float64 { return 1 }
 	}
 	if o.Prices == nil {
 		o.Prices = func() Prices { return Prices{} }
-	}
-	if o.GroupEnabled == nil {
-		o.GroupEnabled = func() bool { return true }
-	}
-	if o.RollupInterval == nil {
-		o.RollupInterval = func() time.Duration { return 0 }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Reporter{o: o}, nil
+}
+
+// accountingGroups is how the accounting groups run now.
+type accountingGroups struct {
+	// interval is how much time each accounting sample stands for.
+	interval time.Duration
+	// enabled is whether gpuscope.accounting runs.
+	enabled bool
+	// rollup is the hourly group's interval, 0 when it does not run (the
+	// report then reads every minute).
+	rollup time.Duration
+}
+
+// groups finds the accounting groups among those the rule manager runs,
+// the first of each name as Prometheus's API lists them.
+func (r *Reporter) groups() accountingGroups {
+	running := r.o.Rules.RuleGroups()
+	find := func(name string) *rules.Group {
+		if i := slices.IndexFunc(running, func(g *rules.Group) bool { return g.Name() == name }); i >= 0 {
+			return running[i]
+		}
+		return nil
+	}
+	gs := accountingGroups{interval: time.Duration(float64(accountingInterval) / r.o.TimeScale())}
+	if g := find(accountingGroup); g != nil {
+		gs.interval, gs.enabled = g.Interval(), true
+	}
+	if g := find(rollupGroup); g != nil {
+		gs.rollup = g.Interval()
+	}
+	return gs
 }
 
 // Query selects the runs of a report: those seen between Start and End.
@@ -168,7 +216,10 @@ func keyOf(m labels.Labels) runKey {
 	return runKey{m.Get("instance"), m.Get("id")}
 }
 
-// Report computes the report of q.
+// Report computes the report of q: a draft filled in by one phase per
+// figure, each a query or a few over the range's segments. The order
+// matters where a phase reads what an earlier one found: the runs, their
+// GPUs, their starts.
 func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	if q.End.IsZero() {
 		q.End = time.Now()
@@ -181,126 +232,214 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 		return Report{}, fmt.Errorf("%w: start %s is not at least a second before end %s", ErrEmptyRange,
 			q.Start.UTC().Format(time.RFC3339), q.End.UTC().Format(time.RFC3339))
 	}
-	interval := r.o.Interval().Seconds()
+	gs := r.groups()
 	e := &evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
-	segs := e.segments(q.Start, q.End, r.o.RollupInterval())
-	idLabels := "instance, id, " + strings.Join(workload.LabelNames(), ", ")
+	d := &draft{q: q, e: e, interval: gs.interval, segs: e.segments(q.Start, q.End, gs.rollup)}
+	d.gpuHolders()
+	d.cgroups()
+	d.gpuHours()
+	d.dropUnlisted()
+	d.starts()
+	d.ends()
+	d.smShare()
+	d.gpuMemory()
+	d.energy(r.o.Prices())
+	d.cpu()
+	d.memory()
+	d.oomKills()
+	d.countersBeforeRange()
+	d.xidErrors()
+	d.alerts()
+	d.bottlenecks()
+	if e.err != nil {
+		return Report{}, e.err
+	}
+	out := d.report()
+	if !gs.enabled {
+		out.Warnings = append(out.Warnings, "the built-in rule group "+accountingGroup+" is disabled (rules.builtin.disabled_groups): GPU-hours, SM share, energy and CPU-seconds are not recorded and read 0")
+	}
+	return out, nil
+}
 
-	// The GPU-holding runs first, in one read of the held series: their
-	// identity, GPUs and GPU-hours.
-	type gpuKey struct{ instance, gpu, uuid, gi string }
-	heldBy := e.over(segs, sum,
-		stat(`sum by (`+idLabels+`, gpu, UUID, GPU_I_ID) (sum_over_time(`+seriesGPUHeld+`%s))`),
-		stat(`sum by (`+idLabels+`, gpu, UUID, GPU_I_ID) (sum_over_time(gpu_workload:gpu_held:sum1h%s))`))
-	heldGPU := map[runKey]bool{}
-	var extraIDs []string // GPU holders whose runtime is not listed
-	for _, s := range heldBy {
+// draft is a report being computed: its query, the runs found so far, and
+// what a phase finds for a later one. A failed query leaves its error in
+// e, and the phases after it read nothing.
+type draft struct {
+	q        Query
+	e        *evaluator
+	segs     []segment
+	interval time.Duration // how much time each accounting sample stands for
+
+	runs map[runKey]*Run
+	// heldBy is the held series' sums per run and GPU (gpuHolders); heldGPU
+	// the runs among them, and extraIDs, quoted for a regexp, those whose
+	// runtime is not listed.
+	heldBy   []promql.Sample
+	heldGPU  map[runKey]bool
+	extraIDs []string
+	// lastSeen is the last sighting of each run cAdvisor saw (cgroups).
+	lastSeen map[runKey]float64
+	// gpusOf is each run's GPUs (gpuHours), for their memory totals.
+	gpusOf map[runKey][]gpuKey
+}
+
+type gpuKey struct{ instance, gpu, uuid, gi string }
+
+// runLabels are the labels that name a run and its workload, for a by
+// clause.
+func runLabels() string {
+	return "instance, id, " + strings.Join(workload.LabelNames(), ", ")
+}
+
+// cgroupStat is stat over cAdvisor's per-scrape series (and their hourly
+// roll-ups) of the listed runtimes only, and of the other cgroups that
+// held a GPU, unless all are asked for.
+func (d *draft) cgroupStat(agg, fn, metric string) func(string) string {
+	if d.q.All {
+		return stat(agg + ` (` + fn + `(` + metric + `{id!="/"}%s))`)
+	}
+	out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}%s))`
+	if len(d.extraIDs) > 0 {
+		out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(d.extraIDs, "|")) + `}%s))`
+	}
+	return stat(out)
+}
+
+// gpuHolders reads the GPU-holding runs first, in one read of the held
+// series: their identity, GPUs and GPU-hours. cgroups needs them to
+// read the unlisted runtimes' cgroups that held a GPU.
+func (d *draft) gpuHolders() {
+	d.heldBy = d.e.over(d.segs, sum,
+		stat(`sum by (`+runLabels()+`, gpu, UUID, GPU_I_ID) (sum_over_time(`+seriesGPUHeld+`%s))`),
+		stat(`sum by (`+runLabels()+`, gpu, UUID, GPU_I_ID) (sum_over_time(gpu_workload:gpu_held:sum1h%s))`))
+	d.heldGPU = map[runKey]bool{}
+	for _, s := range d.heldBy {
 		k := keyOf(s.Metric)
-		if !heldGPU[k] && !slices.Contains(listedRuntimes, s.Metric.Get(workload.LabelRuntime)) {
-			extraIDs = append(extraIDs, regexp.QuoteMeta(k.id))
+		if !d.heldGPU[k] && !slices.Contains(listedRuntimes, s.Metric.Get(workload.LabelRuntime)) {
+			d.extraIDs = append(d.extraIDs, regexp.QuoteMeta(k.id))
 		}
-		heldGPU[k] = true
+		d.heldGPU[k] = true
 	}
-	// cAdvisor's per-scrape series (and their hourly roll-ups) of the
-	// listed runtimes only, and of the other cgroups that held a GPU,
-	// unless all are asked for.
-	over := func(agg, fn, metric string) func(string) string {
-		if q.All {
-			return stat(agg + ` (` + fn + `(` + metric + `{id!="/"}%s))`)
-		}
-		out := agg + ` (` + fn + `(` + metric + `{id!="/", runtime=~"` + strings.Join(listedRuntimes, "|") + `"}%s))`
-		if len(extraIDs) > 0 {
-			out += ` or ` + agg + ` (` + fn + `(` + metric + `{id=~` + strconv.Quote(strings.Join(extraIDs, "|")) + `}%s))`
-		}
-		return stat(out)
-	}
-	seen := e.over(segs, math.Max,
-		over(`max by (`+idLabels+`)`, "max_over_time", "container_last_seen"),
-		over(`max by (`+idLabels+`)`, "max_over_time", "workload:container_last_seen:max1h"))
-	runs := map[runKey]*Run{}
-	lastSeen := map[runKey]float64{}
+}
+
+// cgroups finds the runs cAdvisor saw, each named as at its last
+// sighting: a container's name can change once its runtime knows it.
+func (d *draft) cgroups() {
+	seen := d.e.over(d.segs, math.Max,
+		d.cgroupStat(`max by (`+runLabels()+`)`, "max_over_time", "container_last_seen"),
+		d.cgroupStat(`max by (`+runLabels()+`)`, "max_over_time", "workload:container_last_seen:max1h"))
+	d.runs = map[runKey]*Run{}
+	d.lastSeen = map[runKey]float64{}
 	for _, s := range seen {
 		k := keyOf(s.Metric)
-		if at, ok := lastSeen[k]; ok && at >= s.F {
+		if at, ok := d.lastSeen[k]; ok && at >= s.F {
 			continue
 		}
 		run := &Run{Instance: k.instance, ID: k.id}
 		setIdentity(run, s.Metric)
-		runs[k], lastSeen[k] = run, s.F
+		d.runs[k], d.lastSeen[k] = run, s.F
 	}
-	gpusOf := map[runKey][]gpuKey{}
-	for _, s := range heldBy {
+}
+
+// gpuHours gives each GPU holder its GPUs and GPU-hours, adding the
+// holders cAdvisor did not see.
+func (d *draft) gpuHours() {
+	interval := d.interval.Seconds()
+	d.gpusOf = map[runKey][]gpuKey{}
+	for _, s := range d.heldBy {
 		k := keyOf(s.Metric)
-		run, ok := runs[k]
+		run, ok := d.runs[k]
 		if !ok { // cAdvisor off: the GPU series alone
 			run = &Run{Instance: k.instance, ID: k.id}
 			setIdentity(run, s.Metric)
-			runs[k] = run
+			d.runs[k] = run
 		}
 		run.GPUHours += s.F * interval / 3600
 		if name := gpuName(s.Metric); !slices.Contains(run.GPUs, name) {
 			run.GPUs = append(run.GPUs, name)
-			gpusOf[k] = append(gpusOf[k], gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")})
+			d.gpusOf[k] = append(d.gpusOf[k], gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")})
 		}
 	}
-	for k, run := range runs {
-		if !q.All && !heldGPU[k] && !slices.Contains(listedRuntimes, run.Runtime) {
-			delete(runs, k)
-		}
-	}
+}
 
-	eachRun(runs, e.over(segs, math.Min,
-		over(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"),
-		over(`min by (instance, id)`, "min_over_time", "workload:container_start_time_seconds:min1h")),
+// dropUnlisted drops the runs of unlisted runtimes that held no GPU,
+// unless all are asked for.
+func (d *draft) dropUnlisted() {
+	for k, run := range d.runs {
+		if !d.q.All && !d.heldGPU[k] && !slices.Contains(listedRuntimes, run.Runtime) {
+			delete(d.runs, k)
+		}
+	}
+}
+
+// starts sets each run's start: its cgroup's creation, or its first GPU
+// sample.
+func (d *draft) starts() {
+	eachRun(d.runs, d.e.over(d.segs, math.Min,
+		d.cgroupStat(`min by (instance, id)`, "min_over_time", "container_start_time_seconds"),
+		d.cgroupStat(`min by (instance, id)`, "min_over_time", "workload:container_start_time_seconds:min1h")),
 		func(run *Run, v float64) { run.Start = unixTime(v) })
 	// A run cAdvisor does not know (its collector off, or a GPU process's
 	// cgroup it does not watch) starts at its first GPU sample.
 	var unstarted []string
-	for _, run := range runs {
+	for _, run := range d.runs {
 		if run.Start.IsZero() {
 			unstarted = append(unstarted, regexp.QuoteMeta(run.ID))
 		}
 	}
 	if len(unstarted) > 0 {
-		step := model.Duration(r.o.Interval()).String()
-		e.each(`min by (instance, id) (min_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unstarted, "|"))+`})`+strings.TrimSuffix(e.rng, "]")+`:`+step+`]))`, runs, func(run *Run, v float64) {
+		step := model.Duration(d.interval).String()
+		d.e.each(`min by (instance, id) (min_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unstarted, "|"))+`})`+strings.TrimSuffix(d.e.rng, "]")+`:`+step+`]))`, d.runs, func(run *Run, v float64) {
 			if run.Start.IsZero() {
 				run.Start = unixTime(v)
 			}
 		})
 	}
-	for k, run := range runs {
-		if at, ok := lastSeen[k]; ok {
+}
+
+// ends sets each run's end, its last sighting; a run still seen or
+// holding a GPU at the range's end is running and has none.
+func (d *draft) ends() {
+	for k, run := range d.runs {
+		if at, ok := d.lastSeen[k]; ok {
 			end := unixTime(at)
 			run.End = &end
 		}
 	}
-	e.each(`group by (instance, id) (container_last_seen{id!="/"})`, runs, func(run *Run, _ float64) {
+	d.e.each(`group by (instance, id) (container_last_seen{id!="/"})`, d.runs, func(run *Run, _ float64) {
 		run.Running, run.End = true, nil
 	})
-	e.each(`group by (instance, id) (`+seriesGPUHeld+`)`, runs, func(run *Run, _ float64) {
+	d.e.each(`group by (instance, id) (`+seriesGPUHeld+`)`, d.runs, func(run *Run, _ float64) {
 		run.Running, run.End = true, nil
 	})
+}
 
-	smSum := e.over(segs, sum,
+// smShare sets each run's average and peak share of its GPUs' SMs.
+func (d *draft) smShare() {
+	smSum := d.e.over(d.segs, sum,
 		stat(`sum by (instance, id) (sum_over_time(`+seriesSMShare+`%s))`),
 		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:sum1h%s))`))
 	smCount := map[runKey]float64{}
-	for _, s := range e.over(segs, sum,
+	for _, s := range d.e.over(d.segs, sum,
 		stat(`sum by (instance, id) (count_over_time(`+seriesSMShare+`%s))`),
 		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_sm_share:count1h%s))`)) {
 		smCount[keyOf(s.Metric)] = s.F
 	}
-	eachRun(runs, smSum, func(run *Run, v float64) {
+	eachRun(d.runs, smSum, func(run *Run, v float64) {
 		if n := smCount[runKey{run.Instance, run.ID}]; n > 0 {
 			run.SMShareAvg = v / n
 		}
 	})
-	eachRun(runs, e.over(segs, math.Max,
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesSMShare+`%s))`),
 		stat(`max by (instance, id) (max_over_time(gpu_workload:gpu_sm_share:max1h%s))`)),
 		func(run *Run, v float64) { run.SMShareMax = v })
-	eachRun(runs, e.over(segs, math.Max,
+}
+
+// gpuMemory sets each run's peak GPU memory and the largest memory of
+// the GPUs it held.
+func (d *draft) gpuMemory() {
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesGPUMemory+`%s))`),
 		stat(`max by (instance, id) (max_over_time(gpu_workload:gpu_memory_used_bytes:max1h%s))`)),
 		func(run *Run, v float64) { run.GPUMemoryMaxBytes = v })
@@ -308,10 +447,10 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	// GPU's total does not change: sampled hourly, not every scrape.
 	// Without the roll-up, an hourly subquery rather than every scrape.
 	var totals []promql.Sample
-	if len(segs) == 1 && !segs[0].hourly {
-		totals = e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(e.rng, "]") + `:1h]))`)
+	if len(d.segs) == 1 && !d.segs[0].hourly {
+		totals = d.e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(d.e.rng, "]") + `:1h]))`)
 	} else {
-		totals = e.over(segs, math.Max,
+		totals = d.e.over(d.segs, math.Max,
 			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL%s))`),
 			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(gpu:dcgm_fi_dev_fb_total:max1h%s))`))
 	}
@@ -319,13 +458,18 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	for _, s := range totals {
 		total[gpuKey{s.Metric.Get("instance"), s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}] = s.F * 1048576
 	}
-	for k, gs := range gpusOf {
+	for k, gs := range d.gpusOf {
 		for _, g := range gs {
-			runs[k].GPUMemoryTotalBytes = math.Max(runs[k].GPUMemoryTotalBytes, total[g])
+			d.runs[k].GPUMemoryTotalBytes = math.Max(d.runs[k].GPUMemoryTotalBytes, total[g])
 		}
 	}
-	prices := r.o.Prices()
-	eachRun(runs, e.over(segs, sum,
+}
+
+// energy sets each run's share of its GPUs' energy and, as prices says,
+// its cost and CO₂.
+func (d *draft) energy(prices Prices) {
+	interval := d.interval.Seconds()
+	eachRun(d.runs, d.e.over(d.segs, sum,
 		stat(`sum by (instance, id) (sum_over_time(`+seriesGPUPower+`%s))`),
 		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_power_watts:sum1h%s))`)),
 		func(run *Run, v float64) {
@@ -340,86 +484,118 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 				run.CO2Grams = &co2
 			}
 		})
-	// CPU from the kernel's counter (since the cgroup's creation, as the
-	// OOM count below): exact, where summing the recorded per-minute rate
-	// would lose up to an interval at each end of a run. Per cpu label
-	// first, so a container renamed in the range is not counted twice.
-	eachRun(runs, sumByRun(e.over(segs, math.Max,
-		over(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total"),
-		over(`max by (instance, id, cpu)`, "max_over_time", "workload:container_cpu_usage_seconds_total:max1h"))),
+}
+
+// cpu sets each run's CPU core-seconds from the kernel's counter (since
+// the cgroup's creation, as the OOM count): exact, where summing the
+// recorded per-minute rate would lose up to an interval at each end of a
+// run. Per cpu label first, so a container renamed in the range is not
+// counted twice. countersBeforeRange takes off what a run used before
+// the range.
+func (d *draft) cpu() {
+	eachRun(d.runs, sumByRun(d.e.over(d.segs, math.Max,
+		d.cgroupStat(`max by (instance, id, cpu)`, "max_over_time", "container_cpu_usage_seconds_total"),
+		d.cgroupStat(`max by (instance, id, cpu)`, "max_over_time", "workload:container_cpu_usage_seconds_total:max1h"))),
 		func(run *Run, v float64) { run.CPUCoreSeconds = v })
-	eachRun(runs, e.over(segs, math.Max,
+}
+
+// memory sets each run's peak memory working set.
+func (d *draft) memory() {
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesMemory+`%s))`),
 		stat(`max by (instance, id) (max_over_time(workload:memory_working_set_bytes:max1h%s))`)),
 		func(run *Run, v float64) { run.MemoryMaxBytes = v })
-	// container_oom_events_total counts from the cgroup's creation: a run
-	// that started in the range had all of its kills in it; one that
-	// started before had those since the range's first sample, read only
-	// for those runs.
-	eachRun(runs, e.over(segs, math.Max,
-		over(`max by (instance, id)`, "max_over_time", "container_oom_events_total"),
-		over(`max by (instance, id)`, "max_over_time", "workload:container_oom_events_total:max1h")),
+}
+
+// oomKills sets each run's OOM kills from container_oom_events_total,
+// which counts from the cgroup's creation: a run that started in the
+// range had all of its kills in it. countersBeforeRange takes off those
+// of a run that started before.
+func (d *draft) oomKills() {
+	eachRun(d.runs, d.e.over(d.segs, math.Max,
+		d.cgroupStat(`max by (instance, id)`, "max_over_time", "container_oom_events_total"),
+		d.cgroupStat(`max by (instance, id)`, "max_over_time", "workload:container_oom_events_total:max1h")),
 		func(run *Run, v float64) { run.OOMKills = int(math.Round(v)) })
+}
+
+// countersBeforeRange subtracts, from each run that started before the
+// range, what its OOM and CPU counters had reached at the range's first
+// sample. Only those runs' series are read.
+func (d *draft) countersBeforeRange() {
 	var before []string
-	for _, run := range runs {
-		if run.Start.Before(q.Start) {
+	for _, run := range d.runs {
+		if run.Start.Before(d.q.Start) {
 			before = append(before, regexp.QuoteMeta(run.ID))
 		}
 	}
-	if len(before) > 0 {
-		ids := strconv.Quote(strings.Join(before, "|"))
-		eachRun(runs, e.over(segs, math.Min,
-			stat(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}%s))`),
-			stat(`min by (instance, id) (min_over_time(workload:container_oom_events_total:min1h{id=~`+ids+`}%s))`)),
-			func(run *Run, v float64) {
-				if run.Start.Before(q.Start) {
-					run.OOMKills -= int(math.Round(v))
-				}
-			})
-		eachRun(runs, sumByRun(e.over(segs, math.Min,
-			stat(`min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}%s))`),
-			stat(`min by (instance, id, cpu) (min_over_time(workload:container_cpu_usage_seconds_total:min1h{id=~`+ids+`}%s))`))),
-			func(run *Run, v float64) {
-				if run.Start.Before(q.Start) {
-					run.CPUCoreSeconds -= v
-				}
-			})
+	if len(before) == 0 {
+		return
 	}
-	// Per GPU series: its count's rise while the run held it.
+	ids := strconv.Quote(strings.Join(before, "|"))
+	eachRun(d.runs, d.e.over(d.segs, math.Min,
+		stat(`min by (instance, id) (min_over_time(container_oom_events_total{id=~`+ids+`}%s))`),
+		stat(`min by (instance, id) (min_over_time(workload:container_oom_events_total:min1h{id=~`+ids+`}%s))`)),
+		func(run *Run, v float64) {
+			if run.Start.Before(d.q.Start) {
+				run.OOMKills -= int(math.Round(v))
+			}
+		})
+	eachRun(d.runs, sumByRun(d.e.over(d.segs, math.Min,
+		stat(`min by (instance, id, cpu) (min_over_time(container_cpu_usage_seconds_total{id=~`+ids+`}%s))`),
+		stat(`min by (instance, id, cpu) (min_over_time(workload:container_cpu_usage_seconds_total:min1h{id=~`+ids+`}%s))`))),
+		func(run *Run, v float64) {
+			if run.Start.Before(d.q.Start) {
+				run.CPUCoreSeconds -= v
+			}
+		})
+}
+
+// xidErrors sets each run's XID errors: per GPU series, its count's rise
+// while the run held it.
+func (d *draft) xidErrors() {
 	xidMin := map[string]float64{}
-	for _, s := range e.over(segs, math.Min,
+	for _, s := range d.e.over(d.segs, math.Min,
 		stat(`min_over_time(`+seriesXIDs+`%s)`),
 		stat(`min_over_time(gpu_workload:xid_errors_total:min1h%s)`)) {
 		xidMin[s.Metric.String()] = s.F
 	}
-	xids := e.over(segs, math.Max,
+	xids := d.e.over(d.segs, math.Max,
 		stat(`max_over_time(`+seriesXIDs+`%s)`),
 		stat(`max_over_time(gpu_workload:xid_errors_total:max1h%s)`))
 	for i := range xids {
 		xids[i].F -= xidMin[xids[i].Metric.String()]
 	}
-	eachRun(runs, sumByRun(xids), func(run *Run, v float64) { run.XIDErrors = int(math.Round(v)) })
-	for _, s := range e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + e.rng + `))`) {
-		if run, ok := runs[keyOf(s.Metric)]; ok {
+	eachRun(d.runs, sumByRun(xids), func(run *Run, v float64) { run.XIDErrors = int(math.Round(v)) })
+}
+
+// alerts sets the alerts that fired naming each run's cgroup.
+func (d *draft) alerts() {
+	for _, s := range d.e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + d.e.rng + `))`) {
+		if run, ok := d.runs[keyOf(s.Metric)]; ok {
 			run.Alerts = append(run.Alerts, s.Metric.Get("alertname"))
 		}
 	}
+}
+
+// bottlenecks sets each run's bottleneck: the class its GPUs were in
+// longest while it held them, the first by name on a tie.
+func (d *draft) bottlenecks() {
 	most := map[runKey]float64{}
-	for _, s := range e.over(segs, sum,
+	for _, s := range d.e.over(d.segs, sum,
 		stat(`sum by (instance, id, class) (count_over_time(`+seriesBottleneck+`%s))`),
 		stat(`sum by (instance, id, class) (sum_over_time(gpu_workload:bottleneck:count1h%s))`)) {
 		k := keyOf(s.Metric)
-		if run, ok := runs[k]; ok && (s.F > most[k] || s.F == most[k] && s.Metric.Get("class") < run.Bottleneck) {
+		if run, ok := d.runs[k]; ok && (s.F > most[k] || s.F == most[k] && s.Metric.Get("class") < run.Bottleneck) {
 			most[k], run.Bottleneck = s.F, s.Metric.Get("class")
 		}
 	}
-	if e.err != nil {
-		return Report{}, e.err
-	}
+}
 
-	out := Report{Runs: make([]Run, 0, len(runs))}
-	for _, run := range runs {
-		end := q.End
+// report is the runs with their durations, newest first.
+func (d *draft) report() Report {
+	out := Report{Runs: make([]Run, 0, len(d.runs))}
+	for _, run := range d.runs {
+		end := d.q.End
 		if run.End != nil {
 			end = *run.End
 		}
@@ -433,214 +609,7 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	slices.SortFunc(out.Runs, func(a, b Run) int {
 		return cmp.Or(b.Start.Compare(a.Start), cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.ID, b.ID))
 	})
-	if !r.o.GroupEnabled() {
-		out.Warnings = append(out.Warnings, "the built-in rule group "+accountingGroup+" is disabled (rules.builtin.disabled_groups): GPU-hours, SM share, energy and CPU-seconds are not recorded and read 0")
-	}
-	return out, nil
-}
-
-// evaluator runs the report's instant queries, keeping the first error
-// so that the report reads as a list of queries.
-type evaluator struct {
-	r   *Reporter
-	ctx context.Context
-	at  time.Time // the range's end
-	rng string    // the whole range, as a PromQL range: [7d]
-	err error
-}
-
-// segment is a part of the report's range, (end-length, end]: read from
-// the minute and cAdvisor series, or from the hourly roll-up's samples
-// at first..end, each of which covers the hour before it.
-type segment struct {
-	first, end time.Time
-	length     time.Duration
-	hourly     bool
-}
-
-// segments splits (start, end] into the hours the gpuscope.accounting.hourly
-// group summed, found from its heartbeat, and the rest. Runs of
-// consecutive hours become one segment, so a week with the group
-// running all along is three: the minutes before the first whole hour,
-// the hours, the minutes after the last.
-func (e *evaluator) segments(start, end time.Time, hour time.Duration) []segment {
-	whole := []segment{{end: end, length: end.Sub(start)}}
-	if hour <= 0 || end.Sub(start) <= hour {
-		return whole
-	}
-	hours := e.matrix(rollupHours+"["+model.Duration(end.Sub(start)-hour).String()+"]", end)
-	if e.err != nil || len(hours) != 1 { // none, or more than one group writing it
-		return whole
-	}
-	var segs []segment
-	covered := start // (start, covered] is split already
-	for _, p := range hours[0].Floats {
-		t := time.UnixMilli(p.T).UTC()
-		from := t.Add(-hour)
-		if from.Before(covered) { // overlaps an hour taken (the interval changed): minutes instead
-			continue
-		}
-		if n := len(segs); n > 0 && segs[n-1].hourly && segs[n-1].end.Equal(from) {
-			segs[n-1].end, segs[n-1].length = t, segs[n-1].length+hour
-		} else {
-			if from.After(covered) {
-				segs = append(segs, segment{end: from, length: from.Sub(covered)})
-			}
-			segs = append(segs, segment{first: t, end: t, length: hour, hourly: true})
-		}
-		covered = t
-	}
-	if end.After(covered) {
-		segs = append(segs, segment{end: end, length: end.Sub(covered)})
-	}
-	return segs
-}
-
-// stat turns a query with a %s for its range into a function of the
-// range.
-func stat(format string) func(rng string) string {
-	return func(rng string) string { return strings.ReplaceAll(format, "%s", rng) }
-}
-
-func sum(a, b float64) float64 { return a + b }
-
-// over runs a statistic over the segments: minute is the query over the
-// minute and cAdvisor series, hourly the same over the roll-up's series,
-// and merge combines a series' values from the segments (sum, max, min).
-func (e *evaluator) over(segs []segment, merge func(a, b float64) float64, minute, hourly func(rng string) string) []promql.Sample {
-	if e.err != nil {
-		return nil
-	}
-	if len(segs) == 1 && !segs[0].hourly {
-		return e.vectorAt(minute("["+model.Duration(segs[0].length).String()+"]"), segs[0].end)
-	}
-	// The segments' queries are independent: run together, a report's
-	// wall time is under its CPU time where there are cores to spare.
-	vs := make([]promql.Vector, len(segs))
-	errs := make([]error, len(segs))
-	var wg sync.WaitGroup
-	for i, sg := range segs {
-		// An hourly segment's samples are at first..end: the range reaches
-		// a millisecond before the first, so not the one an hour before it.
-		qs := minute("[" + model.Duration(sg.length).String() + "]")
-		if sg.hourly {
-			qs = hourly("[" + model.Duration(sg.end.Sub(sg.first)+time.Millisecond).String() + "]")
-		}
-		wg.Go(func() { vs[i], errs[i] = e.query(qs, sg.end) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			e.err = err
-			return nil
-		}
-	}
-	var out []promql.Sample
-	index := map[string]int{}
-	for _, v := range vs {
-		for _, s := range v {
-			if math.IsNaN(s.F) {
-				continue
-			}
-			key := s.Metric.String()
-			if i, ok := index[key]; ok {
-				out[i].F = merge(out[i].F, s.F)
-				continue
-			}
-			index[key] = len(out)
-			out = append(out, promql.Sample{Metric: s.Metric, F: s.F})
-		}
-	}
 	return out
-}
-
-// sumByRun adds up a run's series (its GPUs, its cpu labels).
-func sumByRun(samples []promql.Sample) []promql.Sample {
-	var out []promql.Sample
-	index := map[runKey]int{}
-	for _, s := range samples {
-		k := keyOf(s.Metric)
-		if i, ok := index[k]; ok {
-			out[i].F += s.F
-			continue
-		}
-		index[k] = len(out)
-		out = append(out, promql.Sample{Metric: labels.FromStrings("instance", k.instance, "id", k.id), F: s.F})
-	}
-	return out
-}
-
-// eachRun calls f with the value of every run among samples.
-func eachRun(runs map[runKey]*Run, samples []promql.Sample, f func(*Run, float64)) {
-	for _, s := range samples {
-		if run, ok := runs[keyOf(s.Metric)]; ok && !math.IsNaN(s.F) {
-			f(run, s.F)
-		}
-	}
-}
-
-func (e *evaluator) vector(qs string) promql.Vector { return e.vectorAt(qs, e.at) }
-
-func (e *evaluator) vectorAt(qs string, at time.Time) promql.Vector {
-	if e.err != nil {
-		return nil
-	}
-	v, err := e.query(qs, at)
-	if err != nil {
-		e.err = err
-	}
-	return v
-}
-
-// query runs qs at at. Safe for concurrent use.
-func (e *evaluator) query(qs string, at time.Time) (v promql.Vector, err error) {
-	err = e.exec(qs, at, func(res *promql.Result) (err error) {
-		v, err = res.Vector()
-		return err
-	})
-	return v, err
-}
-
-// matrix runs a range selector; its points are copied out, as the query
-// gives them back to the engine's pool when closed.
-func (e *evaluator) matrix(qs string, at time.Time) (m promql.Matrix) {
-	if e.err != nil {
-		return nil
-	}
-	e.err = e.exec(qs, at, func(res *promql.Result) error {
-		got, err := res.Matrix()
-		for _, s := range got {
-			m = append(m, promql.Series{Metric: s.Metric, Floats: slices.Clone(s.Floats)})
-		}
-		return err
-	})
-	return m
-}
-
-// exec runs qs at at and reads its result with read before the query is
-// closed.
-func (e *evaluator) exec(qs string, at time.Time, read func(*promql.Result) error) error {
-	q, err := e.r.o.Engine.NewInstantQuery(e.ctx, e.r.o.Queryable, nil, qs, at)
-	if err != nil {
-		return fmt.Errorf("prepare %s: %w", qs, err)
-	}
-	defer q.Close()
-	res := q.Exec(e.ctx)
-	if err := e.ctx.Err(); err != nil {
-		return fmt.Errorf("workload report: %w", err)
-	}
-	if res.Err != nil {
-		return fmt.Errorf("run %s: %w", qs, res.Err)
-	}
-	if err := read(res); err != nil {
-		return fmt.Errorf("run %s: %w", qs, err)
-	}
-	return nil
-}
-
-// each calls f with the value of every run the query returns.
-func (e *evaluator) each(qs string, runs map[runKey]*Run, f func(*Run, float64)) {
-	eachRun(runs, e.vector(qs), f)
 }
 
 func setIdentity(run *Run, m labels.Labels) {

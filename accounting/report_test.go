@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -85,12 +87,25 @@ func evalPackGroup(t *testing.T, st storage.Storage, engine *promql.Engine, name
 	}
 }
 
+// runningGroups stands for the rule manager: it runs the groups named,
+// at their intervals, without rules (the report reads only names and
+// intervals).
+type runningGroups map[string]time.Duration
+
+func (rg runningGroups) RuleGroups() []*rules.Group {
+	var gs []*rules.Group
+	for _, name := range slices.Sorted(maps.Keys(rg)) {
+		gs = append(gs, rules.NewGroup(rules.GroupOptions{Name: name, File: packFile, Interval: rg[name]}))
+	}
+	return gs
+}
+
 func newReporter(t *testing.T, st storage.Storage, engine *promql.Engine, interval time.Duration, prices Prices) *Reporter {
 	t.Helper()
 	r, err := New(Options{
 		Engine: engine, Queryable: st,
-		Interval: func() time.Duration { return interval },
-		Prices:   func() Prices { return prices },
+		Rules:  runningGroups{accountingGroup: interval},
+		Prices: func() Prices { return prices },
 	})
 	require.NoError(t, err)
 	return r
@@ -271,9 +286,9 @@ func TestReportBadInput(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 
 	_, err = New(Options{Engine: engine, Queryable: st})
-	require.EqualError(t, err, "accounting: the accounting group's interval is required")
+	require.EqualError(t, err, "accounting: the rule manager is required")
 
-	off, err := New(Options{Engine: engine, Queryable: st, Interval: func() time.Duration { return time.Minute }, GroupEnabled: func() bool { return false }})
+	off, err := New(Options{Engine: engine, Queryable: st, Rules: runningGroups{rollupGroup: time.Hour}})
 	require.NoError(t, err)
 	rep, err = off.Report(context.Background(), Query{Start: at.Add(-time.Hour), End: at})
 	require.NoError(t, err)
@@ -296,4 +311,52 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		require.EqualError(t, tc.c.Validate(), tc.want)
 	}
+}
+
+// TestGroups: the report takes its intervals from the groups as they run,
+// and the time scale only while gpuscope.accounting does not.
+func TestGroups(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		running runningGroups
+		scale   func() float64
+		want    accountingGroups
+	}{
+		{"both", runningGroups{accountingGroup: time.Minute, rollupGroup: time.Hour}, nil,
+			accountingGroups{interval: time.Minute, enabled: true, rollup: time.Hour}},
+		{"scaled", runningGroups{accountingGroup: time.Second, rollupGroup: time.Minute, "other": time.Hour}, func() float64 { return 60 },
+			accountingGroups{interval: time.Second, enabled: true, rollup: time.Minute}},
+		{"no roll-up", runningGroups{accountingGroup: 2 * time.Second}, func() float64 { return 60 },
+			accountingGroups{interval: 2 * time.Second, enabled: true}},
+		{"none", runningGroups{}, nil, accountingGroups{interval: time.Minute}},
+		{"none, scaled", runningGroups{rollupGroup: time.Minute}, func() float64 { return 60 },
+			accountingGroups{interval: time.Second, rollup: time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := promqltest.LoadedStorage(t, "")
+			r, err := New(Options{Engine: promqltest.NewTestEngine(t, false, 5*time.Minute, 1000), Queryable: st, Rules: tc.running, TimeScale: tc.scale})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, r.groups())
+		})
+	}
+
+	// *rules.Manager, as serve passes it, lists the groups it runs.
+	m := rules.NewManager(&rules.ManagerOptions{Context: context.Background(), Logger: slog.New(slog.DiscardHandler)})
+	r, err := New(Options{Engine: promqltest.NewTestEngine(t, false, 5*time.Minute, 1000), Queryable: promqltest.LoadedStorage(t, ""), Rules: m})
+	require.NoError(t, err)
+	require.Equal(t, accountingGroups{interval: time.Minute}, r.groups(), "no groups loaded")
+}
+
+// TestPackInterval: the interval the report falls back on is the pack's.
+func TestPackInterval(t *testing.T) {
+	rgs, errs := rulefmt.ParseFile(packFile, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+	require.Empty(t, errs)
+	var names []string
+	for _, g := range rgs.Groups {
+		names = append(names, g.Name)
+		if g.Name == accountingGroup {
+			require.Equal(t, model.Duration(accountingInterval), g.Interval)
+		}
+	}
+	require.Subset(t, names, []string{accountingGroup, rollupGroup})
 }

@@ -121,9 +121,8 @@ func TestReportRollup(t *testing.T) {
 	minutes := newReporter(t, st, engine, time.Minute, Prices{PerKWh: 0.3})
 	hourly, err := New(Options{
 		Engine: log, Queryable: st,
-		Interval:       func() time.Duration { return time.Minute },
-		RollupInterval: func() time.Duration { return time.Hour },
-		Prices:         func() Prices { return Prices{PerKWh: 0.3} },
+		Rules:  runningGroups{accountingGroup: time.Minute, rollupGroup: time.Hour},
+		Prices: func() Prices { return Prices{PerKWh: 0.3} },
 	})
 	require.NoError(t, err)
 

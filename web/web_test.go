@@ -16,6 +16,7 @@ import (
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/rules"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 	"github.com/stretchr/testify/require"
 
@@ -45,7 +46,8 @@ func newTestHandler(t *testing.T, o Options) (*Handler, *httptest.Server) {
 	o.ListenAddress = "127.0.0.1:0"
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, EnableAtModifier: true, EnableNegativeOffset: true,
 		NoStepSubqueryIntervalFn: func(int64) int64 { return 60000 }})
-	reporter, err := accounting.New(accounting.Options{Engine: engine, Queryable: ready, Interval: func() time.Duration { return time.Minute }})
+	reporter, err := accounting.New(accounting.Options{Engine: engine, Queryable: ready,
+		Rules: runningGroups{rules.NewGroup(rules.GroupOptions{Name: "gpuscope.accounting", Interval: time.Minute})}})
 	require.NoError(t, err)
 	o.API = &APIOptions{
 		QueryEngine: engine,
@@ -66,6 +68,12 @@ func newTestHandler(t *testing.T, o Options) (*Handler, *httptest.Server) {
 	t.Cleanup(srv.Close)
 	return h, srv
 }
+
+// runningGroups stands for the rule manager, for the run report: the
+// groups it runs.
+type runningGroups []*rules.Group
+
+func (g runningGroups) RuleGroups() []*rules.Group { return g }
 
 func get(t *testing.T, u string) (int, string) {
 	t.Helper()

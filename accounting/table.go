@@ -1,0 +1,171 @@
+package accounting
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints runs for people: one aligned row per run, times as
+// ages from now, a COST column only when some run is priced.
+func WriteTable(w io.Writer, runs []Run, now time.Time) error {
+	if len(runs) == 0 {
+		_, err := fmt.Fprintln(w, "No workloads in this range.")
+		return err
+	}
+	priced := false
+	for _, r := range runs {
+		priced = priced || r.Cost != nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	header := "WORKLOAD\tRUNTIME\tIMAGE/JOB\tNODE\tSTARTED\tDURATION\tGPUS\tGPU-H\tSM AVG/MAX\tGPU MEM\tKWH"
+	if priced {
+		header += "\tCOST"
+	}
+	fmt.Fprintln(tw, header+"\tCPU-S\tMEM\tOOM\tXID\tALERTS\tBOTTLENECK")
+	for _, r := range runs {
+		what := r.Image
+		if r.SlurmJobID != "" {
+			what = "job " + r.SlurmJobID
+			if r.SlurmUser != "" {
+				what += " (" + r.SlurmUser + ")"
+			}
+		}
+		duration := formatDuration(r.DurationSeconds)
+		if r.Running {
+			duration += " (running)"
+		}
+		row := []string{cell(oneLine(r.Workload)), r.Runtime, cell(oneLine(what)), cell(r.Instance), ago(r.Start, now), duration,
+			cell(strings.Join(r.GPUs, ",")), strconv.FormatFloat(r.GPUHours, 'f', 2, 64),
+			fmt.Sprintf("%.0f%%/%.0f%%", 100*r.SMShareAvg, 100*r.SMShareMax), bytesOrDash(r.GPUMemoryMaxBytes), kwhOrDash(r.EnergyKWh)}
+		if priced {
+			row = append(row, moneyOrDash(r.Cost, r.Currency))
+		}
+		row = append(row, strconv.FormatFloat(r.CPUCoreSeconds, 'f', 0, 64), bytesOrDash(r.MemoryMaxBytes),
+			strconv.Itoa(r.OOMKills), strconv.Itoa(r.XIDErrors), cell(strings.Join(r.Alerts, ",")), cell(r.Bottleneck))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// WriteCSV prints runs for spreadsheets: plain numbers in the API's
+// units, RFC 3339 times, empty cells where the JSON has null.
+func WriteCSV(w io.Writer, runs []Run) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write([]string{"workload", "runtime", "image", "slurm_job_id", "slurm_user", "node", "id", "start", "end", "duration_seconds",
+		"gpus", "gpu_hours", "sm_share_avg", "sm_share_max", "gpu_memory_max_bytes", "energy_kwh", "cost", "currency", "co2_grams",
+		"cpu_core_seconds", "memory_max_bytes", "oom_kills", "xid_errors", "alerts", "bottleneck"})
+	for _, r := range runs {
+		end := ""
+		if r.End != nil {
+			end = r.End.UTC().Format(time.RFC3339)
+		}
+		_ = cw.Write([]string{r.Workload, r.Runtime, r.Image, r.SlurmJobID, r.SlurmUser, r.Instance, r.ID, timeOrEmpty(r.Start), end,
+			num(r.DurationSeconds), strings.Join(r.GPUs, " "), num(r.GPUHours), num(r.SMShareAvg), num(r.SMShareMax), num(r.GPUMemoryMaxBytes),
+			optNum(r.EnergyKWh), optNum(r.Cost), r.Currency, optNum(r.CO2Grams),
+			num(r.CPUCoreSeconds), num(r.MemoryMaxBytes), strconv.Itoa(r.OOMKills), strconv.Itoa(r.XIDErrors), strings.Join(r.Alerts, " "), r.Bottleneck})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteJSON prints runs for scripts, as the API's data: [] when there are
+// none.
+func WriteJSON(w io.Writer, runs []Run) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if runs == nil {
+		runs = []Run{}
+	}
+	return enc.Encode(runs)
+}
+
+// oneLine keeps a name with a newline or tab (the workload labels have
+// none, but a hostile API answer might) on its row of the table.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return formatDuration(now.Sub(t).Seconds()) + " ago"
+}
+
+// formatDuration is a duration to the second, in its two largest units.
+func formatDuration(sec float64) string {
+	d := time.Duration(sec) * time.Second
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// bytesOrDash is a size in binary units to one decimal, "-" for none.
+// web's and memlimit's formatters write "512 B" and "21.2GiB"; the
+// table keeps its own "512.0 B".
+func bytesOrDash(b float64) string {
+	if b <= 0 {
+		return "-"
+	}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	return strconv.FormatFloat(b, 'f', 1, 64) + " " + units[i]
+}
+
+func kwhOrDash(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 3, 64)
+}
+
+func moneyOrDash(v *float64, currency string) string {
+	if v == nil {
+		return "-"
+	}
+	return strings.TrimSpace(strconv.FormatFloat(*v, 'f', 2, 64) + " " + currency)
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+func optNum(v *float64) string {
+	if v == nil {
+		return ""
+	}
+	return num(*v)
+}
+
+func timeOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
