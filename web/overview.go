@@ -211,19 +211,22 @@ func (h *Handler) overview(c echo.Context) error {
 	}
 
 	var (
-		src    source
+		src    *engineSource
 		series func(context.Context, string) (map[string][]point, error)
 	)
 	switch {
 	case h.opts.API != nil && p.Ready:
 		es := engineSource{engine: h.opts.API.QueryEngine, queryable: h.opts.API.Queryable, ts: now, timeout: o.QueryTimeout}
-		src, series = es, es.series
+		src, series = &es, es.series
 	case h.opts.API == nil && o.Local != nil:
-		gs, err := newGathererSource(o.Local, o.Node)
+		// One gathering of the GPU collector, stamped with the page's
+		// evaluation time so that the lookback finds it; no history, so
+		// no sparklines.
+		q, err := gather(o.Local, now, labels.FromStrings("instance", o.Node))
 		if err != nil {
 			p.Error = err.Error()
 		}
-		src = gs
+		src = &engineSource{engine: h.localEngine, queryable: q, ts: now, timeout: o.QueryTimeout}
 	}
 	status := http.StatusOK
 	if src != nil {
@@ -251,7 +254,7 @@ func (h *Handler) overview(c echo.Context) error {
 
 // collect runs the page's queries and fills in the nodes and cards. It
 // reports whether ?node= names no known node.
-func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOptions, src source,
+func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOptions, src *engineSource,
 	series func(context.Context, string) (map[string][]point, error),
 ) (unknownNode bool) {
 	known := map[string]bool{}

@@ -362,14 +362,19 @@ func TestOverviewAgent(t *testing.T) {
 	require.Equal(t, 404, code)
 }
 
-// TestGathererSourceMatchesPromQL: the agent's evaluation of each query
-// agrees with the engine's over the same samples.
+// TestGathererSourceMatchesPromQL: the agent's answer to each of the
+// page's queries, the engine over one gathering of its collector, agrees
+// with serve's, the engine over the same samples in a TSDB.
 func TestGathererSourceMatchesPromQL(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	util := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_GPU_UTIL"}, []string{"gpu", "UUID"})
 	act := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}, []string{"gpu", "UUID", "GPU_I_ID"})
 	clk := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuscope_gpu_clock_event_active"}, []string{"gpu", "UUID", "reason"})
-	reg.MustRegister(util, act, clk)
+	used := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_FB_USED"}, []string{"gpu", "UUID", "GPU_I_ID"})
+	free := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_FB_FREE"}, []string{"gpu", "UUID", "GPU_I_ID"})
+	xid := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_XID_ERRORS"}, []string{"gpu", "UUID", "err_code", "err_msg"})
+	wl := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuscope_gpu_container_memory_used_bytes"}, []string{"gpu", "UUID", "workload"})
+	reg.MustRegister(util, act, clk, used, free, xid, wl)
 	util.WithLabelValues("0", "a").Set(10)
 	act.WithLabelValues("0", "a", "1").Set(0.9) // `or`: GPU 0 has GPU_UTIL
 	act.WithLabelValues("1", "b", "1").Set(0.5)
@@ -377,6 +382,11 @@ func TestGathererSourceMatchesPromQL(t *testing.T) {
 	act.WithLabelValues("2", "c", "").Set(0.5) // not a MIG instance
 	clk.WithLabelValues("0", "a", "power_cap").Set(1)
 	clk.WithLabelValues("0", "a", "gpu_idle").Set(0)
+	used.WithLabelValues("1", "b", "1").Set(100)
+	used.WithLabelValues("1", "b", "2").Set(50)
+	free.WithLabelValues("1", "b", "1").Set(900)
+	xid.WithLabelValues("1", "b", "79", `GPU has "fallen" off the bus\`).Set(79)
+	wl.WithLabelValues("0", "a", "<x>").Set(1 << 30)
 
 	var load strings.Builder
 	load.WriteString("load 15s\n")
@@ -394,9 +404,13 @@ func TestGathererSourceMatchesPromQL(t *testing.T) {
 	st := promqltest.LoadedStorage(t, load.String())
 	engine := promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery)
 	es := engineSource{engine: engine, queryable: st, ts: time.Unix(0, 0), timeout: time.Minute}
-	gs, err := newGathererSource(reg, "n")
+	// The agent's: its handler's engine over a gathering at the page's
+	// evaluation time.
+	h := New(Options{Overview: OverviewOptions{Local: reg, Node: "n"}})
+	q, err := gather(reg, time.Unix(0, 0), labels.FromStrings("instance", "n"))
 	require.NoError(t, err)
-	for _, q := range []fieldQuery{qUtil, qThrottle, qCards, qMemTotal} {
+	gs := engineSource{engine: h.localEngine, queryable: q, ts: time.Unix(0, 0), timeout: time.Minute}
+	for _, q := range []fieldQuery{qUtil, qThrottle, qCards, qMemTotal, qMemUsed, qTemp, qPower, qXID, qClass, qWLMem, qWLSM} {
 		t.Run(q.promQL(), func(t *testing.T) {
 			want, err := es.instant(context.Background(), q, nil)
 			require.NoError(t, err)
