@@ -662,7 +662,8 @@ func (a *appliance) statusLines() []web.StatusLine {
 	if file == "" {
 		file = "(embedded defaults)"
 	}
-	return append([]web.StatusLine{
+	// The page adds what it found (GPUs, targets, alerts) after these.
+	return []web.StatusLine{
 		{Name: "Version", Value: version.Version},
 		{Name: "Node", Value: a.nodeName},
 		{Name: "Grafana data source URL", Value: a.grafanaURL()},
@@ -670,7 +671,7 @@ func (a *appliance) statusLines() []web.StatusLine {
 		{Name: "Data directory", Value: a.flags.dataDir},
 		{Name: "Scrape interval", Value: cfg.Prometheus.GlobalConfig.ScrapeInterval.String()},
 		{Name: "Retention", Value: cfg.Prometheus.StorageConfig.TSDBConfig.Retention.Time.String()},
-	}, a.statusSummary()...)
+	}
 }
 
 var startTime = time.Now()

@@ -108,7 +108,8 @@ type overviewPage struct {
 	Lines        []StatusLine
 	Queries      []fieldDoc
 
-	// cards is the cards query's answer over all nodes.
+	// cards is the cards query's answer over all nodes, for the cards and
+	// the About table's GPUs line.
 	cards    []sample
 	cardsErr error
 }
@@ -215,8 +216,7 @@ func (h *Handler) overview(c echo.Context) error {
 		}
 	}
 	if h.opts.API != nil && p.Ready {
-		p.Alerts = alerts(h.opts.API.RuleManager, p.Node, now)
-		p.Down = downTargets(h.opts.API.ScrapeManager, p.Node, now)
+		h.activity(ctx, p, src, now)
 	}
 
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
@@ -267,6 +267,55 @@ func (h *Handler) source(p *overviewPage, o OverviewOptions, now time.Time) (src
 	return engineSource{}, false, false
 }
 
+// activity fills in the alerts and the targets down from the rule and
+// scrape managers, and ends the About table with what the page found:
+// GPUs, targets and alerts, on all nodes whatever ?node= asks for.
+func (h *Handler) activity(ctx context.Context, p *overviewPage, src engineSource, now time.Time) {
+	p.Lines = append(p.Lines, StatusLine{Name: "GPUs", Value: gpusLine(ctx, src, p.cards, p.cardsErr)})
+	if m := h.opts.API.ScrapeManager; m != nil {
+		var line string
+		p.Down, line = downTargets(m.TargetsActive(), p.Node, now)
+		p.Lines = append(p.Lines, StatusLine{Name: "Targets", Value: line})
+	}
+	if m := h.opts.API.RuleManager; m != nil {
+		var line string
+		p.Alerts, line = alerts(m.AlertingRules(), p.Node, now)
+		p.Lines = append(p.Lines, StatusLine{Name: "Alerts", Value: line})
+	}
+}
+
+// gpusLine is the About table's GPUs line: the GPU cards found on each
+// node, or why there are none.
+func gpusLine(ctx context.Context, src engineSource, cards []sample, err error) string {
+	if err != nil {
+		return "query failed: " + err.Error()
+	}
+	perNode := map[string]map[string]bool{}
+	for _, s := range cards {
+		n := s.labels.Get("instance")
+		if perNode[n] == nil {
+			perNode[n] = map[string]bool{}
+		}
+		perNode[n][cardKey(s.labels)] = true
+	}
+	if len(perNode) == 0 {
+		if bs, err := src.instant(ctx, qBackend, nil); err == nil && len(bs) > 0 {
+			backends := make([]string, len(bs))
+			for i, s := range bs {
+				backends[i] = s.labels.Get("backend")
+			}
+			return "none (backend " + slices.Min(backends) + ")"
+		}
+		return "none seen yet (first data one scrape interval after start)"
+	}
+	parts := make([]string, 0, len(perNode))
+	for n, gpus := range perNode {
+		parts = append(parts, fmt.Sprintf("%d on %s", len(gpus), n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
 // collect runs the page's queries and fills in the nodes and cards, a
 // method a phase. It reports whether ?node= names no known node.
 func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOptions, src engineSource, sparklines bool) (unknownNode bool) {
@@ -293,7 +342,7 @@ func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOption
 
 // nodes finds the nodes the page can show: those scraped (serve) or this
 // one (agent), and any with a GPU card. The cards query's answer, over all
-// nodes, is kept for the cards. It reports false when
+// nodes, is kept for the cards and the About table. It reports false when
 // there is nothing more to query.
 func (h *Handler) nodes(ctx context.Context, p *overviewPage, o OverviewOptions, src engineSource) (known map[string]bool, ok bool) {
 	known = map[string]bool{}
@@ -303,6 +352,7 @@ func (h *Handler) nodes(ctx context.Context, p *overviewPage, o OverviewOptions,
 		nodes, err := src.instant(ctx, qNodes, nil)
 		if err != nil {
 			p.Error = "nodes: " + err.Error()
+			p.cardsErr = err
 			return nil, false
 		}
 		for _, s := range nodes {
@@ -605,14 +655,19 @@ func sparkPath(ps []point, end time.Time) string {
 }
 
 // alerts lists the firing and pending alerts, those naming node only when
-// one is asked for: firing first, then the longest active.
-func alerts(m *rules.Manager, node string, now time.Time) []alertView {
-	if m == nil {
-		return nil
-	}
-	var out []alertView
-	for _, r := range m.AlertingRules() {
+// one is asked for: firing first, then the longest active. line is the
+// About table's count of the alerts firing on all nodes.
+func alerts(rs []*rules.AlertingRule, node string, now time.Time) (out []alertView, line string) {
+	var firing []string
+	for _, r := range rs {
 		for _, a := range r.ActiveAlerts() {
+			if a.State == rules.StateFiring {
+				f := a.Labels.Get(labels.AlertName) + " on " + a.Labels.Get("instance")
+				if g := a.Labels.Get("gpu"); g != "" {
+					f += " gpu " + g
+				}
+				firing = append(firing, f)
+			}
 			if node != "" && a.Labels.Get("instance") != node {
 				continue
 			}
@@ -635,22 +690,27 @@ func alerts(m *rules.Manager, node string, now time.Time) []alertView {
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
+	if len(firing) == 0 {
+		return out, "none firing"
+	}
+	slices.Sort(firing)
+	return out, fmt.Sprintf("%d firing: %s", len(firing), strings.Join(firing, ", "))
 }
 
-// downTargets lists the targets whose last scrape failed, with its error.
-func downTargets(m *scrape.Manager, node string, now time.Time) []targetView {
-	if m == nil {
-		return nil
-	}
-	var out []targetView
+// downTargets lists the targets whose last scrape failed, with its error,
+// those of node only when one is asked for. line is the About table's
+// count of all targets up and down, naming those down.
+func downTargets(active map[string][]*scrape.Target, node string, now time.Time) (out []targetView, line string) {
+	up, down := 0, []string{}
 	b := labels.NewBuilder(labels.EmptyLabels())
-	for pool, ts := range m.TargetsActive() {
+	for pool, ts := range active {
 		for _, t := range ts {
 			if t.Health() != scrape.HealthBad {
+				up++
 				continue
 			}
 			ls := t.Labels(b)
+			down = append(down, fmt.Sprintf("%s %s: %v", ls.Get("job"), ls.Get("instance"), t.LastError()))
 			if node != "" && ls.Get("instance") != node {
 				continue
 			}
@@ -670,7 +730,12 @@ func downTargets(m *scrape.Manager, node string, now time.Time) []targetView {
 		}
 		return out[i].Instance < out[j].Instance
 	})
-	return out
+	slices.Sort(down)
+	line = fmt.Sprintf("%d up, %d down", up, len(down))
+	if len(down) > 0 {
+		line += " (" + strings.Join(down, "; ") + ")"
+	}
+	return out, line
 }
 
 // fieldArgs are the arguments of the template "field".

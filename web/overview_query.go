@@ -61,6 +61,9 @@ var (
 	qWLMem    = fieldQuery{{op: "sum", by: gpuBy("workload"), names: []string{"gpuscope_gpu_container_memory_used_bytes"}}}
 	qWLSM     = fieldQuery{{op: "sum", by: gpuBy("workload"), names: []string{"gpuscope_gpu_container_sm_utilization_percent"}}}
 	qNodes    = fieldQuery{{op: "group", by: []string{"instance"}, names: []string{"up"}}}
+	// qBackend says why a node has no GPU card (backend none, or sim with
+	// no GPU configured).
+	qBackend = fieldQuery{{op: "group", by: []string{"backend"}, names: []string{"gpuscope_gpu_collector_backend_info"}}}
 )
 
 // promQL writes q, with extra matchers added to every selector.

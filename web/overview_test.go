@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"html"
 	"math"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 	"github.com/stretchr/testify/require"
@@ -170,6 +172,13 @@ func TestOverviewCards(t *testing.T) {
 	require.Contains(t, body, `<code data-query-field="utilization">`)
 	require.Contains(t, body, `<td>Node</td><td><code>node-a</code></td>`, "the status lines stay")
 	require.Contains(t, body, `<section id="alerts">`)
+	// The About table ends with what the page found, after the caller's
+	// lines (no scrape manager here: no Targets line).
+	require.Contains(t, body, `<tr><td>Node</td><td><code>node-a</code></td></tr>`+
+		`<tr><td>GPUs</td><td><code>1 on node-b, 2 on node-a</code></td></tr>`+
+		`<tr><td>Alerts</td><td><code>none firing</code></td></tr></table>`)
+	_, filtered := get(t, f.srv.URL+"/?node=node-b")
+	require.Contains(t, filtered, `<td>GPUs</td><td><code>1 on node-b, 2 on node-a</code></td>`, "all nodes, whatever ?node= shows")
 }
 
 // TestOverviewValuesMatchTheAPI: each data-value is what the documented
@@ -244,10 +253,57 @@ func TestOverviewEmptyTSDB(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Contains(t, body, `<p id="collecting" class="notice">collecting, first data in 11 s</p>`)
 	require.NotContains(t, body, `class="gpu-card"`)
+	require.Contains(t, body, `<td>GPUs</td><td><code>none seen yet (first data one scrape interval after start)</code></td>`)
 
 	f.h.SetReady(false)
 	_, body = get(t, f.srv.URL+"/")
 	require.Contains(t, body, "starting (TSDB opening, WAL replay)")
+	require.NotContains(t, body, `<td>GPUs</td>`, "nothing to read until the TSDB is open")
+}
+
+// TestOverviewNoGPUBackend: a node whose collector runs without GPUs says
+// which backend, instead of waiting for data.
+func TestOverviewNoGPUBackend(t *testing.T) {
+	f := newOverview(t, "load 15s\n  gpuscope_gpu_collector_backend_info{instance=\"node-a\",backend=\"none\"} 1x240\n", nil, OverviewOptions{})
+	_, body := get(t, f.srv.URL+"/")
+	require.Contains(t, body, `<td>GPUs</td><td><code>none (backend none)</code></td>`)
+}
+
+func TestOverviewDownTargets(t *testing.T) {
+	target := func(job, instance string, err error, scraped bool) *scrape.Target {
+		tg := scrape.NewTarget(labels.FromStrings(
+			"__address__", instance+":9089", "__scheme__", "http", "__metrics_path__", "/metrics/gpu", "job", job, "instance", instance,
+		), &promconfig.ScrapeConfig{JobName: job}, nil, nil)
+		if scraped {
+			tg.Report(evalAt.Add(-30*time.Second), time.Second, err)
+		}
+		return tg
+	}
+	refused := errors.New("connection refused")
+	active := map[string][]*scrape.Target{
+		"node-gpu": {target("node-gpu", "b", refused, true), target("node-gpu", "a", nil, true), target("node-gpu", "c", nil, false)},
+		"gpu":      {target("gpu", "a", errors.New("EOF"), true)},
+	}
+	for _, tc := range []struct {
+		node string
+		want []targetView
+	}{
+		{"", []targetView{
+			{Job: "gpu", Instance: "a", URL: "http://a:9089/metrics/gpu", Error: "EOF", Ago: 30 * time.Second, Scraped: true},
+			{Job: "node-gpu", Instance: "b", URL: "http://b:9089/metrics/gpu", Error: "connection refused", Ago: 30 * time.Second, Scraped: true},
+		}},
+		{"b", []targetView{
+			{Job: "node-gpu", Instance: "b", URL: "http://b:9089/metrics/gpu", Error: "connection refused", Ago: 30 * time.Second, Scraped: true},
+		}},
+	} {
+		t.Run("node="+tc.node, func(t *testing.T) {
+			down, line := downTargets(active, tc.node, evalAt)
+			require.Equal(t, tc.want, down)
+			require.Equal(t, "2 up, 2 down (gpu a: EOF; node-gpu b: connection refused)", line, "all nodes; not yet scraped is up")
+		})
+	}
+	_, line := downTargets(map[string][]*scrape.Target{"gpu": {target("gpu", "a", nil, true)}}, "", evalAt)
+	require.Equal(t, "1 up, 0 down", line)
 }
 
 // slowQueryable holds every select of one metric until the query's
@@ -321,8 +377,11 @@ func TestOverviewAlertsAndHealth(t *testing.T) {
 	require.Contains(t, body, `<li class="check warn" data-check="nvml" data-status="warn"><b>warn</b> nvml: no NVIDIA driver found, GPU metrics off <span class="hint">install the driver</span></li>`)
 	require.Contains(t, body, `writable, &lt;b&gt;90%&lt;/b&gt; free`)
 
+	require.Contains(t, body, `<td>Alerts</td><td><code>1 firing: GPUHot on node-a gpu 0</code></td>`, "firing only")
+
 	_, body = get(t, f.srv.URL+"/?node=node-b")
 	require.NotContains(t, body, `data-alertname=`, "node-b's GPU has no temperature")
+	require.Contains(t, body, `<td>Alerts</td><td><code>1 firing: GPUHot on node-a gpu 0</code></td>`, "all nodes, whatever ?node= shows")
 }
 
 // TestOverviewAgent: `gpuscope agent` shows its collector's current
@@ -357,6 +416,7 @@ func TestOverviewAgent(t *testing.T) {
 	require.NotContains(t, body, `data-field="bottleneck"`)
 	require.NotContains(t, body, "api/v1/targets")
 	require.Contains(t, body, "agent")
+	require.NotContains(t, body, `<td>GPUs</td>`, "the agent's About table is its own lines")
 
 	code, _ = get(t, srv.URL+"/?node=other")
 	require.Equal(t, 404, code)
