@@ -35,7 +35,7 @@ func (a *appliance) statusLines() []web.StatusLine {
 	if file == "" {
 		file = "(embedded defaults)"
 	}
-	return append([]web.StatusLine{
+	return []web.StatusLine{
 		{Name: "Version", Value: version.Version},
 		{Name: "Node", Value: a.s.nodeName},
 		{Name: "Grafana data source URL", Value: a.grafanaURL()},
@@ -43,7 +43,7 @@ func (a *appliance) statusLines() []web.StatusLine {
 		{Name: "Data directory", Value: a.s.dataDir},
 		{Name: "Scrape interval", Value: cfg.Prometheus.GlobalConfig.ScrapeInterval.String()},
 		{Name: "Retention", Value: cfg.Prometheus.StorageConfig.TSDBConfig.Retention.Time.String()},
-	}, a.statusSummary()...)
+	}
 }
 
 // doctorChecks runs gpuscope doctor's checks about this appliance: its

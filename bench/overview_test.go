@@ -35,24 +35,23 @@ const (
 	ovMaxKiB = 200
 )
 
-// overviewSeries writes ovSpan of ovNodes × ovGPUs GPUs at ovScrape into
-// db, with the labels the GPU collector gives them, and returns the last
-// sample's time: per GPU the DCGM fields the cards read, the nine
+// ovSeries is one series of the overview's fixture: its labels as the
+// appliance stores them and its value at each scrape.
+type ovSeries struct {
+	ls labels.Labels
+	v  func(step int) float64
+}
+
+// overviewSet is ovNodes × ovGPUs GPUs with the labels the GPU collector
+// gives them: per GPU the DCGM fields the cards read, the nine
 // clock-event reasons, a bottleneck class, one workload's memory and SM
 // share, and each node's up.
-func overviewSeries(tb testing.TB, db *storage.DB) time.Time {
-	tb.Helper()
-	end := time.Now().Truncate(ovScrape)
-	start := end.Add(-ovSpan)
-	type series struct {
-		ls labels.Labels
-		v  func(step int) float64
-	}
-	var all []series
+func overviewSet() []ovSeries {
+	var all []ovSeries
 	reasons := []string{"clocks_setting", "display_clocks", "gpu_idle", "hw_power_brake", "hw_slowdown", "hw_thermal", "power_cap", "sw_thermal", "sync_boost"}
 	for n := range ovNodes {
 		node := fmt.Sprintf("gpu-node-%02d", n)
-		all = append(all, series{labels.FromStrings("__name__", "up", "instance", node, "job", "node-gpu"), func(int) float64 { return 1 }})
+		all = append(all, ovSeries{labels.FromStrings("__name__", "up", "instance", node, "job", "node-gpu"), func(int) float64 { return 1 }})
 		for g := range ovGPUs {
 			gpu, uuid := strconv.Itoa(g), fmt.Sprintf("GPU-%08x-0000-4000-8000-%012x", n, g)
 			dcgm := func(name string) labels.Labels {
@@ -78,26 +77,36 @@ func overviewSeries(tb testing.TB, db *storage.DB) time.Time {
 			xid = labels.NewBuilder(xid).Set("err_code", "0").Set("err_msg", "No Error").Labels()
 			job := fmt.Sprintf("/slurm/job_%d", 1000+n*ovGPUs+g)
 			all = append(all,
-				series{dcgm("DCGM_FI_DEV_GPU_UTIL"), util},
-				series{dcgm("DCGM_FI_DEV_FB_USED"), used},
-				series{dcgm("DCGM_FI_DEV_FB_FREE"), func(i int) float64 { return 81559 - used(i) }},
-				series{dcgm("DCGM_FI_DEV_FB_TOTAL"), func(int) float64 { return 81559 }},
-				series{dcgm("DCGM_FI_DEV_GPU_TEMP"), func(i int) float64 { return 40 + float64(i%40) }},
-				series{dcgm("DCGM_FI_DEV_POWER_USAGE"), func(i int) float64 { return 300 + phase + float64(i%300) }},
-				series{xid, func(int) float64 { return 0 }},
-				series{own("gpu:bottleneck:class", "class", "compute-bound"), func(int) float64 { return 1 }},
-				series{own("gpuscope_gpu_container_memory_used_bytes", "id", job, "workload", job, "runtime", "slurm"), func(i int) float64 { return used(i) * (1 << 20) }},
-				series{own("gpuscope_gpu_container_sm_utilization_percent", "id", job, "workload", job, "runtime", "slurm"), util},
+				ovSeries{dcgm("DCGM_FI_DEV_GPU_UTIL"), util},
+				ovSeries{dcgm("DCGM_FI_DEV_FB_USED"), used},
+				ovSeries{dcgm("DCGM_FI_DEV_FB_FREE"), func(i int) float64 { return 81559 - used(i) }},
+				ovSeries{dcgm("DCGM_FI_DEV_FB_TOTAL"), func(int) float64 { return 81559 }},
+				ovSeries{dcgm("DCGM_FI_DEV_GPU_TEMP"), func(i int) float64 { return 40 + float64(i%40) }},
+				ovSeries{dcgm("DCGM_FI_DEV_POWER_USAGE"), func(i int) float64 { return 300 + phase + float64(i%300) }},
+				ovSeries{xid, func(int) float64 { return 0 }},
+				ovSeries{own("gpu:bottleneck:class", "class", "compute-bound"), func(int) float64 { return 1 }},
+				ovSeries{own("gpuscope_gpu_container_memory_used_bytes", "id", job, "workload", job, "runtime", "slurm"), func(i int) float64 { return used(i) * (1 << 20) }},
+				ovSeries{own("gpuscope_gpu_container_sm_utilization_percent", "id", job, "workload", job, "runtime", "slurm"), util},
 			)
 			for _, r := range reasons {
 				v := 0.0
 				if r == "sw_thermal" && g == 0 {
 					v = 1
 				}
-				all = append(all, series{own("gpuscope_gpu_clock_event_active", "reason", r), func(int) float64 { return v }})
+				all = append(all, ovSeries{own("gpuscope_gpu_clock_event_active", "reason", r), func(int) float64 { return v }})
 			}
 		}
 	}
+	return all
+}
+
+// overviewSeries writes ovSpan of overviewSet at ovScrape into db and
+// returns the last sample's time.
+func overviewSeries(tb testing.TB, db *storage.DB) time.Time {
+	tb.Helper()
+	end := time.Now().Truncate(ovScrape)
+	start := end.Add(-ovSpan)
+	all := overviewSet()
 	steps := int(ovSpan / ovScrape)
 	ctx := context.Background()
 	for i := 0; i <= steps; i++ {
@@ -205,4 +214,63 @@ func TestOverviewPageGoal(t *testing.T) {
 		require.NoError(t, os.WriteFile(f, []byte(body), 0o644))
 	}
 	require.Less(t, len(body), ovMaxKiB<<10, "the page's size goal")
+}
+
+// agentGatherer is what `gpuscope agent` on the fixture's first node
+// gathers from its GPU collector: that node's series, without the labels
+// the scrape adds (instance, job) and without the appliance's up and
+// recording rules, at their last scrape's values.
+func agentGatherer(tb testing.TB) (prometheus.Gatherer, string) {
+	tb.Helper()
+	const node = "gpu-node-00"
+	reg := prometheus.NewRegistry()
+	vecs := map[string]*prometheus.GaugeVec{}
+	last := int(ovSpan / ovScrape)
+	for _, s := range overviewSet() {
+		name := s.ls.Get("__name__")
+		if s.ls.Get("instance") != node || name == "up" || strings.Contains(name, ":") {
+			continue
+		}
+		ls := prometheus.Labels{}
+		s.ls.Range(func(l labels.Label) {
+			if l.Name != "__name__" && l.Name != "instance" && l.Name != "job" {
+				ls[l.Name] = l.Value
+			}
+		})
+		v, ok := vecs[name]
+		if !ok {
+			names := make([]string, 0, len(ls))
+			for n := range ls {
+				names = append(names, n)
+			}
+			v = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: name}, names)
+			reg.MustRegister(v)
+			vecs[name] = v
+		}
+		v.With(ls).Set(s.v(last))
+	}
+	return reg, node
+}
+
+// BenchmarkOverviewAgentPage renders / of `gpuscope agent` on one node of
+// ovGPUs GPUs: no TSDB, the page reads the GPU collector's current values.
+//
+//	go test -run '^$' -bench BenchmarkOverviewAgentPage -count 5 ./bench/
+func BenchmarkOverviewAgentPage(b *testing.B) {
+	g, node := agentGatherer(b)
+	now := time.Now()
+	h := web.New(web.Options{
+		ListenAddress: "127.0.0.1:9089",
+		Overview:      web.OverviewOptions{Local: g, Node: node, Now: func() time.Time { return now }},
+	}).Echo()
+	body := renderOverview(b, h)
+	require.Equal(b, ovGPUs, strings.Count(body, `<section class="gpu-card"`))
+	require.Equal(b, ovGPUs, strings.Count(body, `data-field="workload-memory"`))
+	require.Equal(b, ovGPUs, strings.Count(body, `data-field="memory-total" data-value="85520809984"`))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		body = renderOverview(b, h)
+	}
+	b.ReportMetric(float64(len(body)), "bytes/page")
 }

@@ -107,6 +107,11 @@ type overviewPage struct {
 	Dashboards   []dashboardLink
 	Lines        []StatusLine
 	Queries      []fieldDoc
+
+	// cards is the cards query's answer over all nodes, for the cards and
+	// the About table's GPUs line.
+	cards    []sample
+	cardsErr error
 }
 
 type nodeView struct {
@@ -190,19 +195,7 @@ func (h *Handler) overview(c echo.Context) error {
 	if h.opts.Status != nil {
 		p.Lines = h.opts.Status()
 	}
-	if h.dashboards != nil {
-		var grafana string
-		if o.GrafanaURL != nil {
-			grafana = strings.TrimSuffix(o.GrafanaURL(), "/")
-		}
-		for _, d := range h.dashboards.List() {
-			l := dashboardLink{UID: d.UID, Title: d.Title}
-			if grafana != "" {
-				l.Grafana = grafana + "/d/" + url.PathEscape(d.UID)
-			}
-			p.Dashboards = append(p.Dashboards, l)
-		}
-	}
+	p.Dashboards = h.dashboardLinks(o)
 	if o.Health != nil { // bounded as a query is: the checks dial nodes
 		hctx, cancel := context.WithTimeout(ctx, o.QueryTimeout)
 		p.HealthShown = true
@@ -210,35 +203,20 @@ func (h *Handler) overview(c echo.Context) error {
 		cancel()
 	}
 
-	var (
-		src    source
-		series func(context.Context, string) (map[string][]point, error)
-	)
-	switch {
-	case h.opts.API != nil && p.Ready:
-		es := engineSource{engine: h.opts.API.QueryEngine, queryable: h.opts.API.Queryable, ts: now, timeout: o.QueryTimeout}
-		src, series = es, es.series
-	case h.opts.API == nil && o.Local != nil:
-		gs, err := newGathererSource(o.Local, o.Node)
-		if err != nil {
-			p.Error = err.Error()
-		}
-		src = gs
-	}
 	status := http.StatusOK
-	if src != nil {
+	src, sparklines, ok := h.source(p, o, now)
+	if ok {
 		p.Queries = []fieldDoc{
 			{"utilization", qUtil.promQL()}, {"memory-used", qMemUsed.promQL()}, {"memory-total", qMemTotal.promQL()},
 			{"temperature", qTemp.promQL()}, {"power", qPower.promQL()}, {"throttle", qThrottle.promQL()},
 			{"last-xid", qXID.promQL()}, {"bottleneck", qClass.promQL()},
 		}
-		if h.collect(ctx, p, o, src, series) {
+		if h.collect(ctx, p, o, src, sparklines) {
 			status = http.StatusNotFound
 		}
 	}
 	if h.opts.API != nil && p.Ready {
-		p.Alerts = alerts(h.opts.API.RuleManager, p.Node, now)
-		p.Down = downTargets(h.opts.API.ScrapeManager, p.Node, now)
+		h.activity(ctx, p, src, now)
 	}
 
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
@@ -249,30 +227,144 @@ func (h *Handler) overview(c echo.Context) error {
 	return nil
 }
 
-// collect runs the page's queries and fills in the nodes and cards. It
-// reports whether ?node= names no known node.
-func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOptions, src source,
-	series func(context.Context, string) (map[string][]point, error),
-) (unknownNode bool) {
-	known := map[string]bool{}
+// dashboardLinks are the built-in dashboards' downloads, and links into
+// Grafana where one is configured.
+func (h *Handler) dashboardLinks(o OverviewOptions) []dashboardLink {
+	if h.dashboards == nil {
+		return nil
+	}
+	var grafana string
+	if o.GrafanaURL != nil {
+		grafana = strings.TrimSuffix(o.GrafanaURL(), "/")
+	}
+	var out []dashboardLink
+	for _, d := range h.dashboards.List() {
+		l := dashboardLink{UID: d.UID, Title: d.Title}
+		if grafana != "" {
+			l.Grafana = grafana + "/d/" + url.PathEscape(d.UID)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// source is what answers the page's queries: the API's engine and storage
+// once the TSDB is open, or the agent's engine over one gathering of its
+// GPU collector, stamped with the page's evaluation time so that the
+// lookback finds it. Only serve has history for sparklines; ok is false
+// while nothing can answer.
+func (h *Handler) source(p *overviewPage, o OverviewOptions, now time.Time) (src engineSource, sparklines, ok bool) {
+	switch {
+	case h.opts.API != nil && p.Ready:
+		return engineSource{engine: h.opts.API.QueryEngine, queryable: h.opts.API.Queryable, ts: now, timeout: o.QueryTimeout}, true, true
+	case h.opts.API == nil && o.Local != nil:
+		q, err := gather(o.Local, now, labels.FromStrings("instance", o.Node))
+		if err != nil {
+			p.Error = err.Error()
+		}
+		return engineSource{engine: h.localEngine, queryable: q, ts: now, timeout: o.QueryTimeout}, false, true
+	}
+	return engineSource{}, false, false
+}
+
+// activity fills in the alerts and the targets down from the rule and
+// scrape managers, and ends the About table with what the page found:
+// GPUs, targets and alerts, on all nodes whatever ?node= asks for.
+func (h *Handler) activity(ctx context.Context, p *overviewPage, src engineSource, now time.Time) {
+	p.Lines = append(p.Lines, StatusLine{Name: "GPUs", Value: gpusLine(ctx, src, p.cards, p.cardsErr)})
+	if m := h.opts.API.ScrapeManager; m != nil {
+		var line string
+		p.Down, line = downTargets(m.TargetsActive(), p.Node, now)
+		p.Lines = append(p.Lines, StatusLine{Name: "Targets", Value: line})
+	}
+	if m := h.opts.API.RuleManager; m != nil {
+		var line string
+		p.Alerts, line = alerts(m.AlertingRules(), p.Node, now)
+		p.Lines = append(p.Lines, StatusLine{Name: "Alerts", Value: line})
+	}
+}
+
+// gpusLine is the About table's GPUs line: the GPU cards found on each
+// node, or why there are none.
+func gpusLine(ctx context.Context, src engineSource, cards []sample, err error) string {
+	if err != nil {
+		return "query failed: " + err.Error()
+	}
+	perNode := map[string]map[string]bool{}
+	for _, s := range cards {
+		n := s.labels.Get("instance")
+		if perNode[n] == nil {
+			perNode[n] = map[string]bool{}
+		}
+		perNode[n][cardKey(s.labels)] = true
+	}
+	if len(perNode) == 0 {
+		if bs, err := src.instant(ctx, qBackend, nil); err == nil && len(bs) > 0 {
+			backends := make([]string, len(bs))
+			for i, s := range bs {
+				backends[i] = s.labels.Get("backend")
+			}
+			return "none (backend " + slices.Min(backends) + ")"
+		}
+		return "none seen yet (first data one scrape interval after start)"
+	}
+	parts := make([]string, 0, len(perNode))
+	for n, gpus := range perNode {
+		parts = append(parts, fmt.Sprintf("%d on %s", len(gpus), n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+// collect runs the page's queries and fills in the nodes and cards, a
+// method a phase. It reports whether ?node= names no known node.
+func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOptions, src engineSource, sparklines bool) (unknownNode bool) {
+	known, ok := h.nodes(ctx, p, o, src)
+	if !ok {
+		return false
+	}
+	c := &collection{p: p, src: src, byKey: map[string]*gpuCard{}}
+	if p.Node != "" {
+		if !known[p.Node] {
+			p.UnknownNode = true
+			return true
+		}
+		c.extra = []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "instance", p.Node)}
+	}
+	c.cards()
+	a := c.query(ctx, sparklines)
+	c.values(a)
+	c.labelled(a)
+	c.workloads(a)
+	c.sparklines(a)
+	return false
+}
+
+// nodes finds the nodes the page can show: those scraped (serve) or this
+// one (agent), and any with a GPU card. The cards query's answer, over all
+// nodes, is kept for the cards and the About table. It reports false when
+// there is nothing more to query.
+func (h *Handler) nodes(ctx context.Context, p *overviewPage, o OverviewOptions, src engineSource) (known map[string]bool, ok bool) {
+	known = map[string]bool{}
 	if p.Agent {
 		known[o.Node] = true
 	} else {
 		nodes, err := src.instant(ctx, qNodes, nil)
 		if err != nil {
 			p.Error = "nodes: " + err.Error()
-			return false
+			p.cardsErr = err
+			return nil, false
 		}
 		for _, s := range nodes {
 			known[s.labels.Get("instance")] = true
 		}
 	}
-	cards, err := src.instant(ctx, qCards, nil)
-	if err != nil {
-		p.Error = "GPUs: " + err.Error()
-		return false
+	p.cards, p.cardsErr = src.instant(ctx, qCards, nil)
+	if p.cardsErr != nil {
+		p.Error = "GPUs: " + p.cardsErr.Error()
+		return nil, false
 	}
-	for _, s := range cards {
+	for _, s := range p.cards {
 		known[s.labels.Get("instance")] = true
 	}
 	for n := range known {
@@ -282,59 +374,71 @@ func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOption
 	if len(known) == 0 && !p.Agent {
 		p.Collecting = true
 		p.CollectingIn = h.firstDataIn(o)
-		return false
+		return nil, false
 	}
-	var extra []*labels.Matcher
-	if p.Node != "" {
-		if !known[p.Node] {
-			p.UnknownNode = true
-			return true
-		}
-		extra = []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "instance", p.Node)}
-	}
+	return known, true
+}
 
+// collection carries one render's cards from the queries to the page.
+type collection struct {
+	p     *overviewPage
+	src   engineSource
+	extra []*labels.Matcher // ?node=
+	byKey map[string]*gpuCard
+}
+
+// cards makes a card for each GPU of the nodes shown, in GPU order.
+func (c *collection) cards() {
 	byNode := map[string]*nodeView{}
-	byKey := map[string]*gpuCard{}
-	for _, n := range p.KnownNodes {
-		if p.Node != "" && n != p.Node {
+	for _, n := range c.p.KnownNodes {
+		if c.p.Node != "" && n != c.p.Node {
 			continue
 		}
 		nv := &nodeView{Instance: n}
 		byNode[n] = nv
-		p.Nodes = append(p.Nodes, nv)
+		c.p.Nodes = append(c.p.Nodes, nv)
 	}
-	for _, s := range cards {
+	for _, s := range c.p.cards {
 		nv := byNode[s.labels.Get("instance")]
 		if nv == nil {
 			continue
 		}
 		k := cardKey(s.labels)
-		if c, ok := byKey[k]; ok {
-			if c.Model == "" {
-				c.Model = s.labels.Get("modelName")
+		if g, ok := c.byKey[k]; ok {
+			if g.Model == "" {
+				g.Model = s.labels.Get("modelName")
 			}
 			continue
 		}
-		c := &gpuCard{Instance: s.labels.Get("instance"), GPU: s.labels.Get("gpu"), UUID: s.labels.Get("UUID"), Model: s.labels.Get("modelName")}
-		byKey[k] = c
-		nv.Cards = append(nv.Cards, c)
+		g := &gpuCard{Instance: s.labels.Get("instance"), GPU: s.labels.Get("gpu"), UUID: s.labels.Get("UUID"), Model: s.labels.Get("modelName")}
+		c.byKey[k] = g
+		nv.Cards = append(nv.Cards, g)
 	}
-	for _, nv := range p.Nodes {
+	for _, nv := range c.p.Nodes {
 		sort.Slice(nv.Cards, func(i, j int) bool { return gpuLess(nv.Cards[i], nv.Cards[j]) })
 	}
+}
 
-	// The queries run side by side, all at the page's evaluation time.
-	type result struct {
-		s   []sample
-		err error
-	}
-	queries := []fieldQuery{qUtil, qMemUsed, qMemTotal, qTemp, qPower, qThrottle, qXID, qClass, qWLMem, qWLSM}
-	results := make([]result, len(queries))
-	var (
-		wg               sync.WaitGroup
-		sparkUtil, spMem map[string][]point
-		sparkErr, memErr error
-	)
+// result is one query's answer.
+type result struct {
+	s   []sample
+	err error
+}
+
+// answers are the card queries' results, all at the page's evaluation
+// time, and the sparklines' hour.
+type answers struct {
+	util, memUsed, memTotal, temp, power result
+	throttle, xid, class, wlMem, wlSM    result
+	spark                                bool // both series below answered
+	sparkUtil, sparkMem                  map[string][]point
+}
+
+// query runs the card queries side by side, and the sparklines' range
+// queries when asked for.
+func (c *collection) query(ctx context.Context, sparklines bool) *answers {
+	a := &answers{}
+	var wg sync.WaitGroup
 	// At most overviewParallel at once: the engine's --query.max-concurrency
 	// slots are shared with Grafana and the rules.
 	sem := make(chan struct{}, overviewParallel)
@@ -345,97 +449,129 @@ func (h *Handler) collect(ctx context.Context, p *overviewPage, o OverviewOption
 			f()
 		})
 	}
-	for i, q := range queries {
-		run(func() { results[i].s, results[i].err = src.instant(ctx, q, extra) })
+	for _, q := range []struct {
+		q fieldQuery
+		r *result
+	}{
+		{qUtil, &a.util}, {qMemUsed, &a.memUsed}, {qMemTotal, &a.memTotal}, {qTemp, &a.temp}, {qPower, &a.power},
+		{qThrottle, &a.throttle}, {qXID, &a.xid}, {qClass, &a.class}, {qWLMem, &a.wlMem}, {qWLSM, &a.wlSM},
+	} {
+		run(func() { q.r.s, q.r.err = c.src.instant(ctx, q.q, c.extra) })
 	}
-	if series != nil {
-		run(func() { sparkUtil, sparkErr = series(ctx, qUtil.promQL(extra...)) })
-		run(func() { spMem, memErr = series(ctx, memPercent(extra)) })
+	var utilErr, memErr error
+	if sparklines {
+		run(func() { a.sparkUtil, utilErr = c.src.series(ctx, qUtil.promQL(c.extra...)) })
+		run(func() { a.sparkMem, memErr = c.src.series(ctx, memPercent(c.extra)) })
 	}
 	wg.Wait()
+	a.spark = sparklines && utilErr == nil && memErr == nil
+	return a
+}
 
-	setField := func(r result, get func(*gpuCard) *field) {
-		for _, c := range byKey {
+// values sets the cards' numbers, or the error that stands for one.
+func (c *collection) values(a *answers) {
+	set := func(r result, get func(*gpuCard) *field) {
+		for _, g := range c.byKey {
 			if r.err != nil {
-				get(c).Err = r.err.Error()
+				get(g).Err = r.err.Error()
 			}
 		}
 		for _, s := range r.s {
-			if c := byKey[cardKey(s.labels)]; c != nil {
-				*get(c) = field{Set: true, V: s.v}
+			if g := c.byKey[cardKey(s.labels)]; g != nil {
+				*get(g) = field{Set: true, V: s.v}
 			}
 		}
 	}
-	setField(results[0], func(c *gpuCard) *field { return &c.Util })
-	setField(results[1], func(c *gpuCard) *field { return &c.MemUsed })
-	setField(results[2], func(c *gpuCard) *field { return &c.MemTotal })
-	setField(results[3], func(c *gpuCard) *field { return &c.Temp })
-	setField(results[4], func(c *gpuCard) *field { return &c.Power })
-	setField(results[6], func(c *gpuCard) *field { return &c.XID })
+	set(a.util, func(g *gpuCard) *field { return &g.Util })
+	set(a.memUsed, func(g *gpuCard) *field { return &g.MemUsed })
+	set(a.memTotal, func(g *gpuCard) *field { return &g.MemTotal })
+	set(a.temp, func(g *gpuCard) *field { return &g.Temp })
+	set(a.power, func(g *gpuCard) *field { return &g.Power })
+	set(a.xid, func(g *gpuCard) *field { return &g.XID })
+}
 
-	for _, c := range byKey {
-		if err := results[5].err; err != nil {
-			c.ThrottleErr = err.Error()
+// labelled sets the fields read from labels: the throttle reasons, the
+// last XID's message and the bottleneck classes.
+func (c *collection) labelled(a *answers) {
+	for _, g := range c.byKey {
+		if err := a.throttle.err; err != nil {
+			g.ThrottleErr = err.Error()
 		}
-		if err := results[7].err; err != nil {
-			c.ClassErr = err.Error()
-		}
-		if err := results[8].err; err != nil {
-			c.WorkloadErr = err.Error()
-		}
-	}
-	for _, s := range results[5].s {
-		if c := byKey[cardKey(s.labels)]; c != nil {
-			c.Throttle = append(c.Throttle, s.labels.Get("reason"))
+		if err := a.class.err; err != nil {
+			g.ClassErr = err.Error()
 		}
 	}
-	for _, s := range results[6].s { // the highest code's message
-		if c := byKey[cardKey(s.labels)]; c != nil && c.XID.V == s.v {
-			c.XIDMsg = s.labels.Get("err_msg")
+	for _, s := range a.throttle.s {
+		if g := c.byKey[cardKey(s.labels)]; g != nil {
+			g.Throttle = append(g.Throttle, s.labels.Get("reason"))
 		}
 	}
-	for _, s := range results[7].s {
-		if c := byKey[cardKey(s.labels)]; c != nil {
+	for _, s := range a.xid.s { // the highest code's message
+		if g := c.byKey[cardKey(s.labels)]; g != nil && g.XID.V == s.v {
+			g.XIDMsg = s.labels.Get("err_msg")
+		}
+	}
+	for _, s := range a.class.s {
+		if g := c.byKey[cardKey(s.labels)]; g != nil {
 			cl := s.labels.Get("class")
 			if gi := s.labels.Get("GPU_I_ID"); gi != "" {
 				cl = "GI " + gi + " " + cl
 			}
-			c.Classes = append(c.Classes, cl)
+			g.Classes = append(g.Classes, cl)
+		}
+	}
+	for _, g := range c.byKey {
+		slices.Sort(g.Throttle)
+		slices.Sort(g.Classes)
+	}
+}
+
+// workloads lists each card's workloads, their memory and SM share
+// joined by name, the largest memory first.
+func (c *collection) workloads(a *answers) {
+	if err := a.wlMem.err; err != nil {
+		for _, g := range c.byKey {
+			g.WorkloadErr = err.Error()
 		}
 	}
 	wl := map[string]int{} // index in its card's Workloads
-	for i, r := range results[8:10] {
+	for i, r := range []result{a.wlMem, a.wlSM} {
 		for _, s := range r.s {
-			c := byKey[cardKey(s.labels)]
-			if c == nil {
+			g := c.byKey[cardKey(s.labels)]
+			if g == nil {
 				continue
 			}
 			k := cardKey(s.labels) + "\xff" + s.labels.Get("workload")
 			j, ok := wl[k]
 			if !ok {
-				j = len(c.Workloads)
-				c.Workloads = append(c.Workloads, workloadView{Name: s.labels.Get("workload")})
+				j = len(g.Workloads)
+				g.Workloads = append(g.Workloads, workloadView{Name: s.labels.Get("workload")})
 				wl[k] = j
 			}
 			if i == 0 {
-				c.Workloads[j].Mem, c.Workloads[j].HasMem = s.v, true
+				g.Workloads[j].Mem, g.Workloads[j].HasMem = s.v, true
 			} else {
-				c.Workloads[j].SM, c.Workloads[j].HasSM = s.v, true
+				g.Workloads[j].SM, g.Workloads[j].HasSM = s.v, true
 			}
 		}
 	}
-	for _, c := range byKey {
-		slices.Sort(c.Throttle)
-		slices.Sort(c.Classes)
-		sort.Slice(c.Workloads, func(i, j int) bool { return c.Workloads[i].Mem > c.Workloads[j].Mem })
-		if series != nil && sparkErr == nil && memErr == nil {
-			k := cardKey(labels.FromStrings("instance", c.Instance, "gpu", c.GPU, "UUID", c.UUID))
-			if sp := (sparkline{Util: sparkPath(sparkUtil[k], p.EvalTime), Mem: sparkPath(spMem[k], p.EvalTime)}); sp.Util != "" || sp.Mem != "" {
-				c.Spark = &sp
-			}
+	for _, g := range c.byKey {
+		sort.Slice(g.Workloads, func(i, j int) bool { return g.Workloads[i].Mem > g.Workloads[j].Mem })
+	}
+}
+
+// sparklines draws each card's hour of utilisation and memory, when both
+// range queries answered.
+func (c *collection) sparklines(a *answers) {
+	if !a.spark {
+		return
+	}
+	for _, g := range c.byKey {
+		k := cardKey(labels.FromStrings("instance", g.Instance, "gpu", g.GPU, "UUID", g.UUID))
+		if sp := (sparkline{Util: sparkPath(a.sparkUtil[k], c.p.EvalTime), Mem: sparkPath(a.sparkMem[k], c.p.EvalTime)}); sp.Util != "" || sp.Mem != "" {
+			g.Spark = &sp
 		}
 	}
-	return false
 }
 
 // memPercent is the framebuffer in use, in percent, for the sparkline.
@@ -519,14 +655,19 @@ func sparkPath(ps []point, end time.Time) string {
 }
 
 // alerts lists the firing and pending alerts, those naming node only when
-// one is asked for: firing first, then the longest active.
-func alerts(m *rules.Manager, node string, now time.Time) []alertView {
-	if m == nil {
-		return nil
-	}
-	var out []alertView
-	for _, r := range m.AlertingRules() {
+// one is asked for: firing first, then the longest active. line is the
+// About table's count of the alerts firing on all nodes.
+func alerts(rs []*rules.AlertingRule, node string, now time.Time) (out []alertView, line string) {
+	var firing []string
+	for _, r := range rs {
 		for _, a := range r.ActiveAlerts() {
+			if a.State == rules.StateFiring {
+				f := a.Labels.Get(labels.AlertName) + " on " + a.Labels.Get("instance")
+				if g := a.Labels.Get("gpu"); g != "" {
+					f += " gpu " + g
+				}
+				firing = append(firing, f)
+			}
 			if node != "" && a.Labels.Get("instance") != node {
 				continue
 			}
@@ -549,22 +690,27 @@ func alerts(m *rules.Manager, node string, now time.Time) []alertView {
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
+	if len(firing) == 0 {
+		return out, "none firing"
+	}
+	slices.Sort(firing)
+	return out, fmt.Sprintf("%d firing: %s", len(firing), strings.Join(firing, ", "))
 }
 
-// downTargets lists the targets whose last scrape failed, with its error.
-func downTargets(m *scrape.Manager, node string, now time.Time) []targetView {
-	if m == nil {
-		return nil
-	}
-	var out []targetView
+// downTargets lists the targets whose last scrape failed, with its error,
+// those of node only when one is asked for. line is the About table's
+// count of all targets up and down, naming those down.
+func downTargets(active map[string][]*scrape.Target, node string, now time.Time) (out []targetView, line string) {
+	up, down := 0, []string{}
 	b := labels.NewBuilder(labels.EmptyLabels())
-	for pool, ts := range m.TargetsActive() {
+	for pool, ts := range active {
 		for _, t := range ts {
 			if t.Health() != scrape.HealthBad {
+				up++
 				continue
 			}
 			ls := t.Labels(b)
+			down = append(down, fmt.Sprintf("%s %s: %v", ls.Get("job"), ls.Get("instance"), t.LastError()))
 			if node != "" && ls.Get("instance") != node {
 				continue
 			}
@@ -584,7 +730,12 @@ func downTargets(m *scrape.Manager, node string, now time.Time) []targetView {
 		}
 		return out[i].Instance < out[j].Instance
 	})
-	return out
+	slices.Sort(down)
+	line = fmt.Sprintf("%d up, %d down", up, len(down))
+	if len(down) > 0 {
+		line += " (" + strings.Join(down, "; ") + ")"
+	}
+	return out, line
 }
 
 // fieldArgs are the arguments of the template "field".

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
@@ -22,11 +18,10 @@ var gpuKey = []string{"instance", "gpu", "UUID"}
 
 // aggQuery is one of the overview's queries, in the one shape they all
 // have: an aggregation by labels over one selector, scaled, and kept only
-// where it equals 1 when eq1 is set. It is written as PromQL for the
-// engine and evaluated the same way over a gatherer's current values for
-// `gpuscope agent`, which has no TSDB; alternatives are joined with `or`.
+// where it equals 1 when eq1 is set. It writes PromQL with the page's
+// ?node= matcher added to its selector; alternatives are joined with `or`.
 type aggQuery struct {
-	op    string   // max, sum, avg, group, count
+	op    string   // a PromQL aggregation: max, sum, avg, group, ...
 	by    []string // grouping labels
 	names []string // metric names, summed by sum
 	match []*labels.Matcher
@@ -66,6 +61,9 @@ var (
 	qWLMem    = fieldQuery{{op: "sum", by: gpuBy("workload"), names: []string{"gpuscope_gpu_container_memory_used_bytes"}}}
 	qWLSM     = fieldQuery{{op: "sum", by: gpuBy("workload"), names: []string{"gpuscope_gpu_container_sm_utilization_percent"}}}
 	qNodes    = fieldQuery{{op: "group", by: []string{"instance"}, names: []string{"up"}}}
+	// qBackend says why a node has no GPU card (backend none, or sim with
+	// no GPU configured).
+	qBackend = fieldQuery{{op: "group", by: []string{"backend"}, names: []string{"gpuscope_gpu_collector_backend_info"}}}
 )
 
 // promQL writes q, with extra matchers added to every selector.
@@ -118,13 +116,9 @@ type point struct {
 // query timeout.
 var errTimedOut = errors.New("query timed out")
 
-// source answers the page's queries at one evaluation time.
-type source interface {
-	instant(ctx context.Context, q fieldQuery, extra []*labels.Matcher) ([]sample, error)
-}
-
-// engineSource evaluates the queries with the PromQL engine over the
-// storage that /api/v1/query reads.
+// engineSource answers the page's queries with the PromQL engine at one
+// evaluation time: over the storage that /api/v1/query reads in serve, and
+// over one gathering of the GPU collector (gathered) in `gpuscope agent`.
 type engineSource struct {
 	engine    promql.QueryEngine
 	queryable storage.Queryable
@@ -190,132 +184,6 @@ func queryErr(err error) error {
 		return errTimedOut
 	}
 	return err
-}
-
-// gathererSource evaluates the same queries over a gatherer's current
-// values, with instance set to the node's name: the agent's page.
-type gathererSource struct {
-	families map[string][]labelledValue
-}
-
-type labelledValue struct {
-	labels labels.Labels
-	v      float64
-}
-
-func newGathererSource(g prometheus.Gatherer, instance string) (gathererSource, error) {
-	mfs, err := g.Gather()
-	s := gathererSource{families: map[string][]labelledValue{}}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			b := labels.NewBuilder(labels.EmptyLabels())
-			for _, lp := range m.GetLabel() {
-				b.Set(lp.GetName(), lp.GetValue())
-			}
-			b.Set("instance", instance)
-			s.families[mf.GetName()] = append(s.families[mf.GetName()], labelledValue{labels: b.Labels(), v: metricValue(mf.GetType(), m)})
-		}
-	}
-	if err != nil && len(mfs) == 0 {
-		return s, fmt.Errorf("gather the collector's metrics: %w", err)
-	}
-	return s, nil
-}
-
-func metricValue(t dto.MetricType, m *dto.Metric) float64 {
-	switch t {
-	case dto.MetricType_COUNTER:
-		return m.GetCounter().GetValue()
-	case dto.MetricType_GAUGE:
-		return m.GetGauge().GetValue()
-	case dto.MetricType_UNTYPED:
-		return m.GetUntyped().GetValue()
-	default:
-		return math.NaN()
-	}
-}
-
-func (s gathererSource) instant(_ context.Context, q fieldQuery, extra []*labels.Matcher) ([]sample, error) {
-	var out []sample
-	seen := map[string]bool{}
-	for _, a := range q {
-		for _, r := range s.eval(a, extra) {
-			k := r.labels.String()
-			if seen[k] { // `or`: the left side wins
-				continue
-			}
-			out = append(out, r)
-		}
-		for _, r := range out {
-			seen[r.labels.String()] = true
-		}
-	}
-	return out, nil
-}
-
-func (s gathererSource) eval(a aggQuery, extra []*labels.Matcher) []sample {
-	type group struct {
-		labels labels.Labels
-		v      float64
-		n      int
-	}
-	groups := map[string]*group{}
-	var order []string
-	for _, name := range a.names {
-	next:
-		for _, lv := range s.families[name] {
-			if math.IsNaN(lv.v) {
-				continue
-			}
-			for _, m := range append(append([]*labels.Matcher(nil), a.match...), extra...) {
-				if !m.Matches(lv.labels.Get(m.Name)) {
-					continue next
-				}
-			}
-			b := labels.NewBuilder(labels.EmptyLabels())
-			for _, l := range a.by {
-				b.Set(l, lv.labels.Get(l))
-			}
-			ls := b.Labels()
-			k := ls.String()
-			g, ok := groups[k]
-			if !ok {
-				g = &group{labels: ls, v: lv.v}
-				groups[k] = g
-				order = append(order, k)
-			} else {
-				switch a.op {
-				case "max":
-					g.v = math.Max(g.v, lv.v)
-				case "sum", "avg":
-					g.v += lv.v
-				}
-			}
-			g.n++
-		}
-	}
-	out := make([]sample, 0, len(order))
-	for _, k := range order {
-		g := groups[k]
-		v := g.v
-		switch a.op {
-		case "avg":
-			v /= float64(g.n)
-		case "group":
-			v = 1
-		case "count":
-			v = float64(g.n)
-		}
-		if a.scale != 0 {
-			v *= a.scale
-		}
-		if a.eq1 && v != 1 {
-			continue
-		}
-		out = append(out, sample{labels: g.labels, v: v})
-	}
-	sort.Slice(out, func(i, j int) bool { return labels.Compare(out[i].labels, out[j].labels) < 0 })
-	return out
 }
 
 // cardKey is the key of a GPU's card in the query results.

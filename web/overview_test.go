@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"html"
 	"math"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
+	"github.com/prometheus/prometheus/scrape"
 	"github.com/prometheus/prometheus/storage"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 	"github.com/stretchr/testify/require"
@@ -170,6 +172,13 @@ func TestOverviewCards(t *testing.T) {
 	require.Contains(t, body, `<code data-query-field="utilization">`)
 	require.Contains(t, body, `<td>Node</td><td><code>node-a</code></td>`, "the status lines stay")
 	require.Contains(t, body, `<section id="alerts">`)
+	// The About table ends with what the page found, after the caller's
+	// lines (no scrape manager here: no Targets line).
+	require.Contains(t, body, `<tr><td>Node</td><td><code>node-a</code></td></tr>`+
+		`<tr><td>GPUs</td><td><code>1 on node-b, 2 on node-a</code></td></tr>`+
+		`<tr><td>Alerts</td><td><code>none firing</code></td></tr></table>`)
+	_, filtered := get(t, f.srv.URL+"/?node=node-b")
+	require.Contains(t, filtered, `<td>GPUs</td><td><code>1 on node-b, 2 on node-a</code></td>`, "all nodes, whatever ?node= shows")
 }
 
 // TestOverviewValuesMatchTheAPI: each data-value is what the documented
@@ -244,10 +253,57 @@ func TestOverviewEmptyTSDB(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Contains(t, body, `<p id="collecting" class="notice">collecting, first data in 11 s</p>`)
 	require.NotContains(t, body, `class="gpu-card"`)
+	require.Contains(t, body, `<td>GPUs</td><td><code>none seen yet (first data one scrape interval after start)</code></td>`)
 
 	f.h.SetReady(false)
 	_, body = get(t, f.srv.URL+"/")
 	require.Contains(t, body, "starting (TSDB opening, WAL replay)")
+	require.NotContains(t, body, `<td>GPUs</td>`, "nothing to read until the TSDB is open")
+}
+
+// TestOverviewNoGPUBackend: a node whose collector runs without GPUs says
+// which backend, instead of waiting for data.
+func TestOverviewNoGPUBackend(t *testing.T) {
+	f := newOverview(t, "load 15s\n  gpuscope_gpu_collector_backend_info{instance=\"node-a\",backend=\"none\"} 1x240\n", nil, OverviewOptions{})
+	_, body := get(t, f.srv.URL+"/")
+	require.Contains(t, body, `<td>GPUs</td><td><code>none (backend none)</code></td>`)
+}
+
+func TestOverviewDownTargets(t *testing.T) {
+	target := func(job, instance string, err error, scraped bool) *scrape.Target {
+		tg := scrape.NewTarget(labels.FromStrings(
+			"__address__", instance+":9089", "__scheme__", "http", "__metrics_path__", "/metrics/gpu", "job", job, "instance", instance,
+		), &promconfig.ScrapeConfig{JobName: job}, nil, nil)
+		if scraped {
+			tg.Report(evalAt.Add(-30*time.Second), time.Second, err)
+		}
+		return tg
+	}
+	refused := errors.New("connection refused")
+	active := map[string][]*scrape.Target{
+		"node-gpu": {target("node-gpu", "b", refused, true), target("node-gpu", "a", nil, true), target("node-gpu", "c", nil, false)},
+		"gpu":      {target("gpu", "a", errors.New("EOF"), true)},
+	}
+	for _, tc := range []struct {
+		node string
+		want []targetView
+	}{
+		{"", []targetView{
+			{Job: "gpu", Instance: "a", URL: "http://a:9089/metrics/gpu", Error: "EOF", Ago: 30 * time.Second, Scraped: true},
+			{Job: "node-gpu", Instance: "b", URL: "http://b:9089/metrics/gpu", Error: "connection refused", Ago: 30 * time.Second, Scraped: true},
+		}},
+		{"b", []targetView{
+			{Job: "node-gpu", Instance: "b", URL: "http://b:9089/metrics/gpu", Error: "connection refused", Ago: 30 * time.Second, Scraped: true},
+		}},
+	} {
+		t.Run("node="+tc.node, func(t *testing.T) {
+			down, line := downTargets(active, tc.node, evalAt)
+			require.Equal(t, tc.want, down)
+			require.Equal(t, "2 up, 2 down (gpu a: EOF; node-gpu b: connection refused)", line, "all nodes; not yet scraped is up")
+		})
+	}
+	_, line := downTargets(map[string][]*scrape.Target{"gpu": {target("gpu", "a", nil, true)}}, "", evalAt)
+	require.Equal(t, "1 up, 0 down", line)
 }
 
 // slowQueryable holds every select of one metric until the query's
@@ -321,8 +377,11 @@ func TestOverviewAlertsAndHealth(t *testing.T) {
 	require.Contains(t, body, `<li class="check warn" data-check="nvml" data-status="warn"><b>warn</b> nvml: no NVIDIA driver found, GPU metrics off <span class="hint">install the driver</span></li>`)
 	require.Contains(t, body, `writable, &lt;b&gt;90%&lt;/b&gt; free`)
 
+	require.Contains(t, body, `<td>Alerts</td><td><code>1 firing: GPUHot on node-a gpu 0</code></td>`, "firing only")
+
 	_, body = get(t, f.srv.URL+"/?node=node-b")
 	require.NotContains(t, body, `data-alertname=`, "node-b's GPU has no temperature")
+	require.Contains(t, body, `<td>Alerts</td><td><code>1 firing: GPUHot on node-a gpu 0</code></td>`, "all nodes, whatever ?node= shows")
 }
 
 // TestOverviewAgent: `gpuscope agent` shows its collector's current
@@ -357,19 +416,25 @@ func TestOverviewAgent(t *testing.T) {
 	require.NotContains(t, body, `data-field="bottleneck"`)
 	require.NotContains(t, body, "api/v1/targets")
 	require.Contains(t, body, "agent")
+	require.NotContains(t, body, `<td>GPUs</td>`, "the agent's About table is its own lines")
 
 	code, _ = get(t, srv.URL+"/?node=other")
 	require.Equal(t, 404, code)
 }
 
-// TestGathererSourceMatchesPromQL: the agent's evaluation of each query
-// agrees with the engine's over the same samples.
+// TestGathererSourceMatchesPromQL: the agent's answer to each of the
+// page's queries, the engine over one gathering of its collector, agrees
+// with serve's, the engine over the same samples in a TSDB.
 func TestGathererSourceMatchesPromQL(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	util := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_GPU_UTIL"}, []string{"gpu", "UUID"})
 	act := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}, []string{"gpu", "UUID", "GPU_I_ID"})
 	clk := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuscope_gpu_clock_event_active"}, []string{"gpu", "UUID", "reason"})
-	reg.MustRegister(util, act, clk)
+	used := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_FB_USED"}, []string{"gpu", "UUID", "GPU_I_ID"})
+	free := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_FB_FREE"}, []string{"gpu", "UUID", "GPU_I_ID"})
+	xid := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "DCGM_FI_DEV_XID_ERRORS"}, []string{"gpu", "UUID", "err_code", "err_msg"})
+	wl := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuscope_gpu_container_memory_used_bytes"}, []string{"gpu", "UUID", "workload"})
+	reg.MustRegister(util, act, clk, used, free, xid, wl)
 	util.WithLabelValues("0", "a").Set(10)
 	act.WithLabelValues("0", "a", "1").Set(0.9) // `or`: GPU 0 has GPU_UTIL
 	act.WithLabelValues("1", "b", "1").Set(0.5)
@@ -377,6 +442,11 @@ func TestGathererSourceMatchesPromQL(t *testing.T) {
 	act.WithLabelValues("2", "c", "").Set(0.5) // not a MIG instance
 	clk.WithLabelValues("0", "a", "power_cap").Set(1)
 	clk.WithLabelValues("0", "a", "gpu_idle").Set(0)
+	used.WithLabelValues("1", "b", "1").Set(100)
+	used.WithLabelValues("1", "b", "2").Set(50)
+	free.WithLabelValues("1", "b", "1").Set(900)
+	xid.WithLabelValues("1", "b", "79", `GPU has "fallen" off the bus\`).Set(79)
+	wl.WithLabelValues("0", "a", "<x>").Set(1 << 30)
 
 	var load strings.Builder
 	load.WriteString("load 15s\n")
@@ -394,9 +464,13 @@ func TestGathererSourceMatchesPromQL(t *testing.T) {
 	st := promqltest.LoadedStorage(t, load.String())
 	engine := promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery)
 	es := engineSource{engine: engine, queryable: st, ts: time.Unix(0, 0), timeout: time.Minute}
-	gs, err := newGathererSource(reg, "n")
+	// The agent's: its handler's engine over a gathering at the page's
+	// evaluation time.
+	h := New(Options{Overview: OverviewOptions{Local: reg, Node: "n"}})
+	q, err := gather(reg, time.Unix(0, 0), labels.FromStrings("instance", "n"))
 	require.NoError(t, err)
-	for _, q := range []fieldQuery{qUtil, qThrottle, qCards, qMemTotal} {
+	gs := engineSource{engine: h.localEngine, queryable: q, ts: time.Unix(0, 0), timeout: time.Minute}
+	for _, q := range []fieldQuery{qUtil, qThrottle, qCards, qMemTotal, qMemUsed, qTemp, qPower, qXID, qClass, qWLMem, qWLSM} {
 		t.Run(q.promQL(), func(t *testing.T) {
 			want, err := es.instant(context.Background(), q, nil)
 			require.NoError(t, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	toolkitweb "github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/prometheus/promql"
 
 	"github.com/gpuscope/gpuscope/dashboards"
 )
@@ -83,6 +84,10 @@ type Handler struct {
 
 	started    time.Time
 	dashboards *dashboards.Set // set by MountDashboards, before Run
+
+	// localEngine answers the overview's queries over Overview.Local's
+	// gathered values, for `gpuscope agent`: no API, so no engine is given.
+	localEngine *promql.Engine
 }
 
 // New builds the handler and its routes.
@@ -167,6 +172,16 @@ func New(o Options) *Handler {
 		if o.API.EnableAdmin {
 			e.Any("/api/v1/admin/*", h.privileged(apiHandler))
 		}
+	}
+	if o.API == nil && o.Overview.Local != nil {
+		h.localEngine = promql.NewEngine(promql.EngineOpts{
+			Logger: o.Logger.With("component", "overview query engine"),
+			// Each query is bounded by the page's own timeout.
+			Timeout: h.overviewOptions().QueryTimeout,
+			// Prometheus's --query.max-samples: one node's current values
+			// are far below it.
+			MaxSamples: 50_000_000,
+		})
 	}
 	e.GET("/", h.overview)
 	return h
