@@ -132,7 +132,7 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	)
 	g.endCycle()
 	require.Equal(t, 1, unresolved)
-	require.Equal(t, []containerUsage{
+	require.Equal(t, []Container{
 		{id: "/a", workload: workload.Identity{Workload: "/a", Runtime: workload.RuntimeCgroup}, memoryBytes: 5, smPercent: 100, processes: 2},
 		{id: "/z", workload: workload.Identity{Workload: "/z", Runtime: workload.RuntimeCgroup}, memoryBytes: 1, processes: 1},
 	}, out)
@@ -153,7 +153,7 @@ func TestPCIeMaxBandwidth(t *testing.T) {
 		{0, 16, 0},
 		{7, 16, 0},
 	} {
-		require.InDelta(t, tc.want, pcieMaxBandwidth(tc.gen, tc.width), 1, "gen %d x%d", tc.gen, tc.width)
+		require.InDelta(t, tc.want, PCIeMaxBandwidth(tc.gen, tc.width), 1, "gen %d x%d", tc.gen, tc.width)
 	}
 }
 

@@ -248,7 +248,7 @@ func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
 }
 
 type cycleResult struct {
-	s       *sample
+	s       *Sample
 	openErr error
 	dur     time.Duration
 }
@@ -337,7 +337,7 @@ func (c *Collector) publish(res cycleResult) {
 }
 
 // noGPURead is the reason of a cycle that read no GPU.
-func noGPURead(s *sample) error {
+func noGPURead(s *Sample) error {
 	switch {
 	case s.reinit != nil:
 		return fmt.Errorf("no GPU could be read: %w", s.reinit)
@@ -379,7 +379,7 @@ func (c *Collector) setUp(up bool, reason error) {
 // logDenied logs, once per field, what the driver does not let gpuscope's
 // user read. Running as root, or with profiling open to all users
 // (NVreg_RestrictProfilingToAdminUsers=0), gives it back.
-func (c *Collector) logDenied(s *sample) {
+func (c *Collector) logDenied(s *Sample) {
 	var denied fieldSet
 	for i := range s.gpus {
 		denied |= s.gpus[i].denied
@@ -387,7 +387,7 @@ func (c *Collector) logDenied(s *sample) {
 	if denied&^c.denied == 0 {
 		return
 	}
-	for f := fieldID(0); f < numFields; f++ {
+	for f := Field(0); f < numFields; f++ {
 		if denied.has(f) && !c.denied.has(f) {
 			c.logger.Info("The driver does not let gpuscope's user read this field; it is reported unsupported",
 				"field", fields[f].name, "uid", os.Getuid(), "hint", "run as root, or for DCGM_FI_PROF_* set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0")
@@ -429,5 +429,5 @@ type noneBackend struct{}
 
 func (noneBackend) name() string                              { return BackendNone }
 func (noneBackend) open(context.Context) error                { return errDisabled }
-func (noneBackend) sample(context.Context, time.Time) *sample { return &sample{} }
+func (noneBackend) sample(context.Context, time.Time) *Sample { return &Sample{} }
 func (noneBackend) close() error                              { return nil }

@@ -361,7 +361,7 @@ func TestDCGMExporterContract(t *testing.T) {
 
 	t.Run("every DCGM field of fields.go is published", func(t *testing.T) {
 		// Keeps the comparison below from passing on an empty gather.
-		for f := fieldID(0); f < numFields; f++ {
+		for f := Field(0); f < numFields; f++ {
 			spec := fields[f]
 			if !strings.HasPrefix(spec.name, "DCGM_") {
 				continue

@@ -31,12 +31,12 @@ import (
 
 // instanceFields are the fields a GPU in MIG mode reports per GPU instance.
 var instanceFields = fieldSetOf(
-	fFBFree, fFBUsed, fFBReserved, fFBTotal,
-	fProfGrEngineActive, fProfSMActive, fProfSMOccupancy, fProfTensorActive, fProfDRAMActive,
-	fContainerMemory, fContainerSM,
+	FieldFBFree, FieldFBUsed, FieldFBReserved, FieldFBTotal,
+	FieldProfGrEngineActive, FieldProfSMActive, FieldProfSMOccupancy, FieldProfTensorActive, FieldProfDRAMActive,
+	FieldContainerMemory, FieldContainerSM,
 )
 
-func fieldSetOf(fs ...fieldID) fieldSet {
+func fieldSetOf(fs ...Field) fieldSet {
 	var s fieldSet
 	for _, f := range fs {
 		s.add(f)
@@ -44,9 +44,9 @@ func fieldSetOf(fs ...fieldID) fieldSet {
 	return s
 }
 
-func (s fieldSet) list() []fieldID {
-	var out []fieldID
-	for f := fieldID(0); f < numFields; f++ {
+func (s fieldSet) list() []Field {
+	var out []Field
+	for f := Field(0); f < numFields; f++ {
 		if s.has(f) {
 			out = append(out, f)
 		}
@@ -54,9 +54,9 @@ func (s fieldSet) list() []fieldID {
 	return out
 }
 
-// instanceInfo identifies a GPU instance in labels. Like gpuInfo it is
+// Instance identifies a GPU instance in labels. Like Identity it is
 // shared, read-only, by the samples that use it.
-type instanceInfo struct {
+type Instance struct {
 	id      int
 	profile string
 
@@ -64,9 +64,9 @@ type instanceInfo struct {
 	ownLabels  []string // gpu, UUID, GPU_I_PROFILE, GPU_I_ID
 }
 
-func newInstanceInfo(parent *gpuInfo, id int, profile string) *instanceInfo {
+func newInstance(parent *Identity, id int, profile string) *Instance {
 	gi := strconv.Itoa(id)
-	return &instanceInfo{
+	return &Instance{
 		id:         id,
 		profile:    profile,
 		dcgmLabels: append(parent.dcgmLabels[:len(parent.dcgmLabels):len(parent.dcgmLabels)], profile, gi),
@@ -74,21 +74,21 @@ func newInstanceInfo(parent *gpuInfo, id int, profile string) *instanceInfo {
 	}
 }
 
-// instanceSample is one GPU instance's values from one cycle. Its
-// gpuSample holds the parent's info and only instanceFields.
-type instanceSample struct {
-	gpuSample
-	inst *instanceInfo
+// InstanceSample is one GPU instance's values from one cycle. Its
+// GPUSample holds the parent's info and only instanceFields.
+type InstanceSample struct {
+	GPUSample
+	inst *Instance
 }
 
 // dropInstanceFields leaves a GPU in MIG mode with its whole-GPU fields:
 // what it read for the instance fields (the driver reports the sum of the
 // instances there) is published per instance instead.
-func (s *gpuSample) dropInstanceFields() {
+func (s *GPUSample) dropInstanceFields() {
 	s.set &^= instanceFields
 	s.unsupported &^= instanceFields
 	s.containers = nil
-	s.orphans = orphanUsage{}
+	s.orphans = Orphans{}
 }
 
 // dcgmProfileName names a GPU instance profile as DCGM does, and so as
@@ -122,14 +122,14 @@ type migDescs struct {
 func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 	withMIG := func(ls []string) []string { return append(ls[:len(ls):len(ls)], migLabels...) }
 	m := &migDescs{}
-	for f := fieldID(0); f < numFields; f++ {
+	for f := Field(0); f < numFields; f++ {
 		if d.field[f] != nil && instanceFields.has(f) {
 			m.field[f] = prometheus.NewDesc(fields[f].name, fields[f].help, withMIG(dcgm), nil)
 		}
 	}
 	if d.containerMemory != nil {
-		m.containerMemory = prometheus.NewDesc(fields[fContainerMemory].name, fields[fContainerMemory].help, withMIG(container), nil)
-		m.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, withMIG(container), nil)
+		m.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, withMIG(container), nil)
+		m.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, withMIG(container), nil)
 		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			"Compute processes of a container on the GPU.", withMIG(container), nil)
 		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
@@ -142,19 +142,19 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 }
 
 // renderInstances appends the series of g's GPU instances, if any.
-func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometheus.Metric {
+func (d *descs) renderInstances(out []prometheus.Metric, g *GPUSample) []prometheus.Metric {
 	m := d.mig
 	for i := range g.instances {
 		is := &g.instances[i]
 		info := is.inst
-		for f := fieldID(0); f < numFields; f++ {
+		for f := Field(0); f < numFields; f++ {
 			if desc := m.field[f]; desc != nil && is.set.has(f) {
 				out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, is.values[f], info.dcgmLabels...))
 			}
 		}
 		if m.containerMemory != nil {
 			out = appendContainers(out, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
-			out = appendOrphans(out, m.orphanMemory, m.orphanProcs, &is.gpuSample, info.dcgmLabels)
+			out = appendOrphans(out, m.orphanMemory, m.orphanProcs, &is.GPUSample, info.dcgmLabels)
 		}
 		out = appendSupported(out, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 	}

@@ -241,12 +241,12 @@ func TestContainerGrouperOrphans(t *testing.T) {
 	g := newContainerGrouper(proc, newContainerNamer(nil, nil))
 	procs := []nvml.ProcessInfo{{Pid: 11, UsedGpuMemory: 2 << 30}, {Pid: 12, UsedGpuMemory: ^uint64(0)}}
 	for _, want := range []struct {
-		orphans    orphanUsage
+		orphans    Orphans
 		unresolved int
 	}{
-		{orphanUsage{}, 2},
-		{orphanUsage{memoryBytes: 2 << 30, processes: 2}, 0}, // the zombie's memory withheld: counted, not summed
-		{orphanUsage{memoryBytes: 2 << 30, processes: 2}, 0},
+		{Orphans{}, 2},
+		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0}, // the zombie's memory withheld: counted, not summed
+		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0},
 	} {
 		g.beginCycle()
 		out, orphans, unresolved := g.group(procs, nil)

@@ -14,9 +14,9 @@ var pcieLaneBytesPerSecond = [...]float64{
 	6: 7563e6,
 }
 
-// pcieMaxBandwidth is the theoretical bandwidth per direction of a link,
+// PCIeMaxBandwidth is the theoretical bandwidth per direction of a link,
 // or 0 when the generation is unknown.
-func pcieMaxBandwidth(gen, width int) float64 {
+func PCIeMaxBandwidth(gen, width int) float64 {
 	if gen < 1 || gen >= len(pcieLaneBytesPerSecond) || width < 1 {
 		return 0
 	}

@@ -19,13 +19,13 @@ type backend interface {
 	open(ctx context.Context) error
 	// sample reads every GPU once. It reports only what it read: a field
 	// that failed is absent from the sample and listed in errs.
-	sample(ctx context.Context, now time.Time) *sample
+	sample(ctx context.Context, now time.Time) *Sample
 	close() error
 }
 
-// gpuInfo is what identifies a GPU in labels. It is built once when the
+// Identity is what identifies a GPU in labels. It is built once when the
 // backend opens and shared, read-only, by every sample.
-type gpuInfo struct {
+type Identity struct {
 	index  int
 	uuid   string
 	busID  string
@@ -37,8 +37,8 @@ type gpuInfo struct {
 	ownLabels  []string // gpu, UUID
 }
 
-func newGPUInfo(index int, uuid, busID, model, driver, hostname string, withHost bool) *gpuInfo {
-	g := &gpuInfo{index: index, uuid: uuid, busID: busID, model: model, driver: driver}
+func newIdentity(index int, uuid, busID, model, driver, hostname string, withHost bool) *Identity {
+	g := &Identity{index: index, uuid: uuid, busID: busID, model: model, driver: driver}
 	idx := strconv.Itoa(index)
 	g.dcgmLabels = []string{idx, uuid, busID, "nvidia" + idx, model}
 	if withHost {
@@ -49,9 +49,9 @@ func newGPUInfo(index int, uuid, busID, model, driver, hostname string, withHost
 	return g
 }
 
-// gpuSample is one GPU's values from one cycle.
-type gpuSample struct {
-	info *gpuInfo
+// GPUSample is one GPU's values from one cycle.
+type GPUSample struct {
+	info *Identity
 	// at is when the GPU last answered a complete read (this cycle, or
 	// earlier for a GPU that is lost or whose read hangs); zero if never.
 	at time.Time
@@ -65,22 +65,22 @@ type gpuSample struct {
 	values [numFields]float64
 
 	// xidCounts counts XID events by code since gpuscope started
-	// (values[fXID] holds the last code).
+	// (values[FieldXID] holds the last code).
 	xidCounts []xidCount
-	// clockEvents is NVML's clock event reason bitmask (field fClockEvents).
+	// clockEvents is NVML's clock event reason bitmask (field FieldClockEvents).
 	clockEvents uint64
 	// containers is the GPU's compute processes grouped by container,
-	// sorted by id (fields fContainerMemory, fContainerSM).
-	containers []containerUsage
+	// sorted by id (fields FieldContainerMemory, FieldContainerSM).
+	containers []Container
 	// orphans is what the driver lists for processes that are gone
-	// (process.go); published with fContainerMemory, whose read it is.
-	orphans orphanUsage
+	// (process.go); published with FieldContainerMemory, whose read it is.
+	orphans Orphans
 	// instances are the GPU instances of a GPU in MIG mode, by GPU_I_ID
 	// (mig.go); the GPU itself then keeps its whole-GPU fields only.
-	instances []instanceSample
+	instances []InstanceSample
 }
 
-func (s *gpuSample) setValue(f fieldID, v float64) {
+func (s *GPUSample) setValue(f Field, v float64) {
 	s.values[f] = v
 	s.set.add(f)
 }
@@ -90,8 +90,8 @@ type xidCount struct {
 	count uint64
 }
 
-// containerUsage is what a container's processes use on one GPU.
-type containerUsage struct {
+// Container is what a container's processes use on one GPU.
+type Container struct {
 	id          string
 	name        string            // cAdvisor's name label
 	workload    workload.Identity // the workload labels, image among them
@@ -104,9 +104,9 @@ type containerUsage struct {
 }
 
 // sample is one complete cycle: what a scrape is served until the next.
-type sample struct {
+type Sample struct {
 	time time.Time
-	gpus []gpuSample
+	gpus []GPUSample
 	errs []fieldError
 	// read counts the GPUs that answered in this cycle (a lost GPU whose
 	// XID series are kept did not); 0 sets gpuscope_gpu_collector_up 0.
@@ -126,12 +126,12 @@ type fieldError struct {
 
 // stale returns s with each GPU's series dropped except its XID series
 // and last-sample time: what is served once a sample is too old.
-func (s *sample) stale() *sample {
-	out := &sample{time: s.time, gpus: make([]gpuSample, len(s.gpus))}
+func (s *Sample) stale() *Sample {
+	out := &Sample{time: s.time, gpus: make([]GPUSample, len(s.gpus))}
 	for i, g := range s.gpus {
-		out.gpus[i] = gpuSample{info: g.info, at: g.at, xidCounts: g.xidCounts}
-		if g.set.has(fXID) {
-			out.gpus[i].setValue(fXID, g.values[fXID])
+		out.gpus[i] = GPUSample{info: g.info, at: g.at, xidCounts: g.xidCounts}
+		if g.set.has(FieldXID) {
+			out.gpus[i].setValue(FieldXID, g.values[FieldXID])
 		}
 	}
 	return out

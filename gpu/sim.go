@@ -90,7 +90,7 @@ func (b *simBackend) open(ctx context.Context) error {
 		if spec.Scenario == ScenarioOrphan {
 			b.gpus[i].pid = orphanPID
 		}
-		if spec.PID != 0 && b.fields.has(fContainerMemory) && foreignPIDNamespace(b.procRoot) {
+		if spec.PID != 0 && b.fields.has(FieldContainerMemory) && foreignPIDNamespace(b.procRoot) {
 			b.logger.Warn("gpuscope is not in the host's pid namespace; a simulated GPU process given by its host pid will not be found (run gpuscope with the host's pid namespace, e.g. docker --pid host)",
 				"gpu", i, "pid", spec.PID, "pid_namespace", filepath.Join(b.procRoot, "self/ns/pid"))
 		}
@@ -130,13 +130,13 @@ func (b *simBackend) startBurners(ctx context.Context) {
 	}
 }
 
-func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
+func (b *simBackend) sample(_ context.Context, now time.Time) *Sample {
 	t := now.Sub(b.start).Seconds() * b.cfg.TimeScale
 	dt := max(t-b.lastT, 0)
 	b.lastT = t
 	b.grouper.beginCycle() // and the namer's
 	defer b.grouper.endCycle()
-	s := &sample{time: now, gpus: make([]gpuSample, len(b.gpus))}
+	s := &Sample{time: now, gpus: make([]GPUSample, len(b.gpus))}
 	for i, g := range b.gpus {
 		gs := &s.gpus[i]
 		gs.info = g.info
@@ -152,8 +152,8 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 			}
 			gs.at = g.lastAt
 			// The XID series stay, as in the NVML backend.
-			if b.fields.has(fXID) {
-				gs.setValue(fXID, float64(g.lastXID))
+			if b.fields.has(FieldXID) {
+				gs.setValue(FieldXID, float64(g.lastXID))
 				gs.xidCounts = []xidCount{{code: g.lastXID, count: g.xidCount}}
 			}
 			continue
@@ -163,7 +163,7 @@ func (b *simBackend) sample(_ context.Context, now time.Time) *sample {
 		gs.at, g.lastAt = now, now
 		st := g.step(t, dt)
 		if err := b.fill(gs, g, st); err != nil {
-			s.errs = append(s.errs, fieldError{gpu: g.info.ownLabels[0], field: fields[fContainerMemory].name, err: err})
+			s.errs = append(s.errs, fieldError{gpu: g.info.ownLabels[0], field: fields[FieldContainerMemory].name, err: err})
 		}
 		if g.mig != nil {
 			b.fillMIG(gs, g)
@@ -188,69 +188,69 @@ func (b *simBackend) close() error {
 // read it: only enabled fields, DCGM units, MiB truncated. The error is
 // that of the per-container read: a GPU process given by pid whose cgroup
 // cannot be read.
-func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) error {
-	set := func(f fieldID, v float64) {
+func (b *simBackend) fill(s *GPUSample, g *simGPU, st simState) error {
+	set := func(f Field, v float64) {
 		if b.fields.has(f) {
 			s.setValue(f, v)
 		}
 	}
 	total := float64(b.cfg.MemoryMiB)
 	used := float64(int64(st.memUsedMiB))
-	set(fSMClock, float64(int64(st.smClock)))
-	set(fMemClock, float64(int64(st.memClock)))
-	set(fGPUTemp, float64(int64(st.temp)))
-	set(fMemoryTemp, float64(int64(st.memTemp)))
-	set(fPowerUsage, float64(int64(st.power*1000))/1000)
-	set(fEnergy, float64(int64(g.energyMJ)))
-	set(fPCIeReplay, 0)
-	set(fGPUUtil, float64(int64(st.util)))
-	set(fMemCopyUtil, float64(int64(st.memCopyUtil)))
-	set(fEncUtil, 0)
-	set(fDecUtil, 0)
-	set(fXID, float64(g.lastXID))
-	set(fFBUsed, used)
-	set(fFBReserved, simReservedMiB)
-	set(fFBFree, total-simReservedMiB-used)
-	set(fFBTotal, total)
-	set(fNVLinkBandwidth, float64(int64(st.nvlinkMBs)))
-	set(fVGPULicense, 0)
-	set(fUncRemappedRows, 0)
-	set(fCorRemappedRows, 0)
-	set(fRowRemapFailure, 0)
-	set(fProfGrEngineActive, st.grActive)
-	set(fProfSMActive, st.smActive)
-	set(fProfSMOccupancy, st.smOccupancy)
-	set(fProfTensorActive, st.tensor)
-	set(fProfDRAMActive, st.dram)
-	set(fProfPCIeTxBytes, float64(int64(st.pcieTx)))
-	set(fProfPCIeRxBytes, float64(int64(st.pcieRx)))
-	set(fProfNVLinkTxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
-	set(fProfNVLinkRxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
-	set(fThermalViolation, float64(int64(g.thermalViolationNs)))
-	for _, f := range []fieldID{fPowerViolation, fSyncBoostViolation, fBoardLimitViolation, fLowUtilViolation, fReliabilityViolation,
-		fECCSBEVolTotal, fECCDBEVolTotal, fECCSBEAggTotal, fECCDBEAggTotal, fRetiredSBE, fRetiredDBE, fRetiredPending,
-		fNVLinkCRCFlitErrors, fNVLinkCRCDataErrors, fNVLinkReplayErrors, fNVLinkRecoveryErrors} {
+	set(FieldSMClock, float64(int64(st.smClock)))
+	set(FieldMemClock, float64(int64(st.memClock)))
+	set(FieldGPUTemp, float64(int64(st.temp)))
+	set(FieldMemoryTemp, float64(int64(st.memTemp)))
+	set(FieldPowerUsage, float64(int64(st.power*1000))/1000)
+	set(FieldEnergy, float64(int64(g.energyMJ)))
+	set(FieldPCIeReplay, 0)
+	set(FieldGPUUtil, float64(int64(st.util)))
+	set(FieldMemCopyUtil, float64(int64(st.memCopyUtil)))
+	set(FieldEncUtil, 0)
+	set(FieldDecUtil, 0)
+	set(FieldXID, float64(g.lastXID))
+	set(FieldFBUsed, used)
+	set(FieldFBReserved, simReservedMiB)
+	set(FieldFBFree, total-simReservedMiB-used)
+	set(FieldFBTotal, total)
+	set(FieldNVLinkBandwidth, float64(int64(st.nvlinkMBs)))
+	set(FieldVGPULicense, 0)
+	set(FieldUncRemappedRows, 0)
+	set(FieldCorRemappedRows, 0)
+	set(FieldRowRemapFailure, 0)
+	set(FieldProfGrEngineActive, st.grActive)
+	set(FieldProfSMActive, st.smActive)
+	set(FieldProfSMOccupancy, st.smOccupancy)
+	set(FieldProfTensorActive, st.tensor)
+	set(FieldProfDRAMActive, st.dram)
+	set(FieldProfPCIeTxBytes, float64(int64(st.pcieTx)))
+	set(FieldProfPCIeRxBytes, float64(int64(st.pcieRx)))
+	set(FieldProfNVLinkTxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
+	set(FieldProfNVLinkRxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
+	set(FieldThermalViolation, float64(int64(g.thermalViolationNs)))
+	for _, f := range []Field{FieldPowerViolation, FieldSyncBoostViolation, FieldBoardLimitViolation, FieldLowUtilViolation, FieldReliabilityViolation,
+		FieldECCSBEVolTotal, FieldECCDBEVolTotal, FieldECCSBEAggTotal, FieldECCDBEAggTotal, FieldRetiredSBE, FieldRetiredDBE, FieldRetiredPending,
+		FieldNVLinkCRCFlitErrors, FieldNVLinkCRCDataErrors, FieldNVLinkReplayErrors, FieldNVLinkRecoveryErrors} {
 		set(f, 0)
 	}
-	set(fPCIeLinkGen, float64(st.pcieGen))
-	set(fPCIeLinkWidth, 16)
-	set(fPCIeLinkMaxGen, 5)
-	set(fPCIeLinkMaxWidth, 16)
-	set(fPCIeMaxBandwidth, pcieMaxBandwidth(5, 16))
-	set(fPCIeTxRate, float64(int64(st.pcieTx)))
-	set(fPCIeRxRate, float64(int64(st.pcieRx)))
-	if b.fields.has(fClockEvents) {
+	set(FieldPCIeLinkGen, float64(st.pcieGen))
+	set(FieldPCIeLinkWidth, 16)
+	set(FieldPCIeLinkMaxGen, 5)
+	set(FieldPCIeLinkMaxWidth, 16)
+	set(FieldPCIeMaxBandwidth, PCIeMaxBandwidth(5, 16))
+	set(FieldPCIeTxRate, float64(int64(st.pcieTx)))
+	set(FieldPCIeRxRate, float64(int64(st.pcieRx)))
+	if b.fields.has(FieldClockEvents) {
 		s.clockEvents = st.clockEvents
-		s.set.add(fClockEvents)
+		s.set.add(FieldClockEvents)
 	}
 	if g.xidCount > 0 {
 		s.xidCounts = []xidCount{{code: g.lastXID, count: g.xidCount}}
 	}
-	if !b.fields.has(fContainerMemory) {
+	if !b.fields.has(FieldContainerMemory) {
 		return nil
 	}
-	s.set.add(fContainerMemory)
-	s.set.add(fContainerSM)
+	s.set.add(FieldContainerMemory)
+	s.set.add(FieldContainerSM)
 	switch {
 	case !st.process:
 	case g.pid != 0:
@@ -258,7 +258,7 @@ func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) error {
 	case g.container != "":
 		c := b.namer.usage(g.container)
 		c.memoryBytes, c.smPercent, c.processes = used*bytesPerMiB, float64(int64(st.util)), 1
-		s.containers = []containerUsage{c}
+		s.containers = []Container{c}
 	}
 	return nil
 }
@@ -273,7 +273,7 @@ func (b *simBackend) fill(s *gpuSample, g *simGPU, st simState) error {
 // gpuscope_gpu_collector_errors_total{field="gpuscope_gpu_container_memory_used_bytes"};
 // a pid gone (no /proc/<pid>, or a zombie) for two cycles is an orphan,
 // its memory in gpuscope_gpu_orphaned_memory_bytes, as for a real GPU.
-func (b *simBackend) fillProcess(s *gpuSample, g *simGPU, usedMiB, util float64) error {
+func (b *simBackend) fillProcess(s *GPUSample, g *simGPU, usedMiB, util float64) error {
 	pid := uint32(g.pid)
 	cs, orphans, unresolved := b.grouper.group(
 		[]nvml.ProcessInfo{{Pid: pid, UsedGpuMemory: uint64(usedMiB) * bytesPerMiB}},
@@ -288,7 +288,7 @@ func (b *simBackend) fillProcess(s *gpuSample, g *simGPU, usedMiB, util float64)
 
 // simGPU is one simulated GPU and the state it accumulates.
 type simGPU struct {
-	info      *gpuInfo
+	info      *Identity
 	scenario  string
 	container string
 	pid       int // a host process standing for the GPU's process; 0: none
@@ -320,7 +320,7 @@ func newSimGPU(i int, spec SimGPU, cfg SimConfig, hostname string, withHost bool
 		busID = simBusIDs[i]
 	}
 	g := &simGPU{
-		info:      newGPUInfo(i, uuid, busID, cfg.Model, simDriverVersion, hostname, withHost),
+		info:      newIdentity(i, uuid, busID, cfg.Model, simDriverVersion, hostname, withHost),
 		scenario:  spec.Scenario,
 		container: spec.Container,
 		pid:       spec.PID,

@@ -35,7 +35,7 @@ type simInstanceState struct {
 
 // simMIG is the mig scenario's state of one simulated GPU.
 type simMIG struct {
-	infos []*instanceInfo
+	infos []*Instance
 	cur   []simInstanceState
 }
 
@@ -46,7 +46,7 @@ func (g *simGPU) migStep(t float64, noise func(float64) float64) simState {
 	if g.mig == nil {
 		g.mig = &simMIG{cur: make([]simInstanceState, len(simInstanceSpecs))}
 		for _, sp := range simInstanceSpecs {
-			g.mig.infos = append(g.mig.infos, newInstanceInfo(g.info, sp.id, dcgmProfileName(sp.slices, sp.memoryMiB)))
+			g.mig.infos = append(g.mig.infos, newInstance(g.info, sp.id, dcgmProfileName(sp.slices, sp.memoryMiB)))
 		}
 	}
 	active := 0.0 // slice-weighted activity of the whole GPU, 0 to 1
@@ -87,44 +87,44 @@ func (g *simGPU) migStep(t float64, noise func(float64) float64) simState {
 // from a GPU in MIG mode: whole-GPU fields on the GPU, without the
 // utilisation NVML does not report in MIG mode, and instance fields per
 // GPU instance.
-func (b *simBackend) fillMIG(s *gpuSample, g *simGPU) {
+func (b *simBackend) fillMIG(s *GPUSample, g *simGPU) {
 	s.dropInstanceFields()
-	for _, f := range []fieldID{fGPUUtil, fMemCopyUtil} {
+	for _, f := range []Field{FieldGPUUtil, FieldMemCopyUtil} {
 		if s.set.has(f) {
 			s.set &^= 1 << f
 			s.unsupported.add(f)
 		}
 	}
-	s.instances = make([]instanceSample, len(simInstanceSpecs))
+	s.instances = make([]InstanceSample, len(simInstanceSpecs))
 	for i, sp := range simInstanceSpecs {
 		st := g.mig.cur[i]
 		is := &s.instances[i]
 		is.info, is.inst = g.info, g.mig.infos[i]
-		set := func(f fieldID, v float64) {
+		set := func(f Field, v float64) {
 			if b.fields.has(f) {
 				is.setValue(f, v)
 			}
 		}
 		used := float64(int64(st.memUsedMiB))
-		set(fFBUsed, used)
-		set(fFBReserved, 0)
-		set(fFBFree, float64(sp.memoryMiB)-used)
-		set(fFBTotal, float64(sp.memoryMiB))
-		set(fProfGrEngineActive, st.grActive)
-		set(fProfSMActive, st.smActive)
-		set(fProfSMOccupancy, st.smOccupancy)
-		set(fProfTensorActive, st.tensor)
-		set(fProfDRAMActive, st.dram)
-		if !b.fields.has(fContainerMemory) {
+		set(FieldFBUsed, used)
+		set(FieldFBReserved, 0)
+		set(FieldFBFree, float64(sp.memoryMiB)-used)
+		set(FieldFBTotal, float64(sp.memoryMiB))
+		set(FieldProfGrEngineActive, st.grActive)
+		set(FieldProfSMActive, st.smActive)
+		set(FieldProfSMOccupancy, st.smOccupancy)
+		set(FieldProfTensorActive, st.tensor)
+		set(FieldProfDRAMActive, st.dram)
+		if !b.fields.has(FieldContainerMemory) {
 			continue
 		}
-		is.set.add(fContainerMemory)
-		is.unsupported.add(fContainerSM) // no per-process utilisation in MIG mode
+		is.set.add(FieldContainerMemory)
+		is.unsupported.add(FieldContainerSM) // no per-process utilisation in MIG mode
 		if st.process && g.container != "" {
 			id := g.container + "/" + sp.job
 			c := b.namer.usage(id)
 			c.memoryBytes, c.processes = used*bytesPerMiB, 1
-			is.containers = []containerUsage{c}
+			is.containers = []Container{c}
 		}
 	}
 }
