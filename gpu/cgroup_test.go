@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -84,7 +86,11 @@ func TestCgroupIDOfThisProcess(t *testing.T) {
 	}
 	id, err := cgroupIDFromProcFile(b)
 	require.NoError(t, err)
-	require.NoError(t, validCgroupID(id))
+	// A clean, absolute cgroup path, as gpu.sim.gpus[i].container takes.
+	require.True(t, strings.HasPrefix(id, "/"), id)
+	require.Equal(t, path.Clean(id), id)
+	require.NotContains(t, id, "/..")
+	require.False(t, strings.ContainsAny(id, "\n\x00"), id)
 }
 
 func TestPIDResolverCachesWhilePidIsSeen(t *testing.T) {

@@ -1,9 +1,15 @@
 package gpu
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
 
-// Field names one value a backend can report for a GPU. The set is small
-// enough for a uint64 bitmask, which keeps a sample flat and cheap to copy.
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Field names one value a backend can report for a GPU: a dcgm-exporter
+// field or one of gpuscope's own, each feeding the metric its String
+// names. The set is small enough for a uint64 bitmask, which keeps a
+// sample flat and cheap to copy.
 type Field uint8
 
 const (
@@ -176,6 +182,15 @@ var fields = [numFields]fieldSpec{
 	FieldClockEvents:      {"gpuscope_gpu_clock_event_active", "1 while the reason holds the GPU clocks down (NVML clock event reasons).", prometheus.GaugeValue, famClockEvents, kindSpecial},
 	FieldContainerMemory:  {"gpuscope_gpu_container_memory_used_bytes", "GPU memory used by the compute processes of a container (cgroup id as cAdvisor names it).", prometheus.GaugeValue, famProcesses, kindSpecial},
 	FieldContainerSM:      {"gpuscope_gpu_container_sm_utilization_percent", "SM utilization of a container's compute processes on the GPU over the sampling interval (0-100, the scale of DCGM_FI_DEV_GPU_UTIL).", prometheus.GaugeValue, famProcesses, kindSpecial},
+}
+
+// String is the name of the metric f feeds, as in the field label of
+// gpuscope_gpu_field_supported and gpuscope_gpu_collector_errors_total.
+func (f Field) String() string {
+	if f < numFields {
+		return fields[f].name
+	}
+	return fmt.Sprintf("Field(%d)", uint8(f))
 }
 
 // fieldSet is a bitmask over Field.

@@ -54,9 +54,11 @@ func (s fieldSet) list() []Field {
 	return out
 }
 
-// Instance identifies a GPU instance in labels. Like Identity it is
-// shared, read-only, by the samples that use it.
+// Instance identifies a GPU instance of a GPU in MIG mode in labels.
+// Like Identity it is made once and shared, read-only, by the samples
+// that use it.
 type Instance struct {
+	parent  *Identity
 	id      int
 	profile string
 
@@ -67,6 +69,7 @@ type Instance struct {
 func newInstance(parent *Identity, id int, profile string) *Instance {
 	gi := strconv.Itoa(id)
 	return &Instance{
+		parent:     parent,
 		id:         id,
 		profile:    profile,
 		dcgmLabels: append(parent.dcgmLabels[:len(parent.dcgmLabels):len(parent.dcgmLabels)], profile, gi),
@@ -74,11 +77,34 @@ func newInstance(parent *Identity, id int, profile string) *Instance {
 	}
 }
 
+// Instance identifies GPU instance gi of the GPU, made of slices compute
+// slices and memoryMiB of memory; its GPU_I_PROFILE label is the
+// profile's name as DCGM gives it ("3g.40gb").
+func (id *Identity) Instance(gi int, slices uint32, memoryMiB uint64) *Instance {
+	return newInstance(id, gi, dcgmProfileName(slices, memoryMiB))
+}
+
 // InstanceSample is one GPU instance's values from one cycle. Its
-// GPUSample holds the parent's info and only instanceFields.
+// GPUSample holds the parent's info and only instanceFields; a backend
+// sets them with the GPUSample methods.
 type InstanceSample struct {
 	GPUSample
 	inst *Instance
+}
+
+// NewInstanceSample starts what a backend read of GPU instance in in one
+// cycle; GPUSample.AddInstance adds it to its GPU's sample.
+func NewInstanceSample(in *Instance) *InstanceSample {
+	return &InstanceSample{GPUSample: GPUSample{info: in.parent}, inst: in}
+}
+
+// AddInstance adds is, one of the GPU's instances: the GPU is in MIG mode
+// and keeps its whole-GPU fields only, what it holds of the instance
+// fields (memory, engine activity, containers) being published per
+// instance.
+func (s *GPUSample) AddInstance(is *InstanceSample) {
+	s.dropInstanceFields()
+	s.instances = append(s.instances, *is)
 }
 
 // dropInstanceFields leaves a GPU in MIG mode with its whole-GPU fields:

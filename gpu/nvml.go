@@ -101,7 +101,7 @@ type xidState struct {
 	counts map[uint64]uint64
 }
 
-func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bool) *nvmlBackend {
+func newNVMLBackend(lib nvml.Interface, o *Options, env *BackendEnv) *nvmlBackend {
 	timeout := time.Duration(o.Config.Timeout)
 	if timeout <= 0 {
 		timeout = o.Interval
@@ -117,17 +117,17 @@ func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bo
 		interval:    o.Interval,
 		devices:     o.NVIDIADevices,
 		procRoot:    o.ProcRoot,
-		hostname:    o.Hostname,
-		withHost:    withHost,
-		fields:      fields,
+		hostname:    env.hostname,
+		withHost:    env.withHost,
+		fields:      env.fields,
 		eventWait:   defaultEventWait,
-		grouper:     newContainerGrouper(o.ProcRoot, newContainerNamer(o.ContainerLookup, o.Workloads)),
+		grouper:     env.grouper,
 	}
 }
 
-func (b *nvmlBackend) name() string { return BackendNVML }
+func (b *nvmlBackend) Name() string { return BackendNVML }
 
-func (b *nvmlBackend) open(ctx context.Context) (err error) {
+func (b *nvmlBackend) Open(ctx context.Context) (err error) {
 	if ret := b.lib.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			if dev := b.nvidiaDevice(); dev != "" {
@@ -382,12 +382,12 @@ type gpuRead struct {
 	gone     nvml.Return
 }
 
-// sample reads the GPUs side by side, each within readTimeout, so that one
+// Sample reads the GPUs side by side, each within readTimeout, so that one
 // hung NVML call stalls neither the other GPUs nor shutdown. A GPU whose
 // read does not finish is counted as a device error, and served from its
 // last complete sample until that is older than stale; then only its XID
 // series and last-sample time are.
-func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *Sample {
+func (b *nvmlBackend) Sample(ctx context.Context, now time.Time) *Sample {
 	s := &Sample{time: now}
 	if err := b.refresh(ctx); err != nil {
 		s.errs = append(s.errs, fieldError{field: "driver", err: err})
@@ -396,7 +396,6 @@ func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *Sample {
 		}
 	}
 	gpus := b.gpus
-	b.grouper.beginCycle()
 	results := make(chan gpuRead, len(gpus))
 	done := make([]*gpuRead, len(gpus))
 	running := 0
@@ -426,7 +425,6 @@ wait:
 		}
 	}
 	timer.Stop()
-	b.grouper.endCycle()
 
 	s.gpus = make([]GPUSample, len(gpus))
 	for i, g := range gpus {
@@ -500,7 +498,7 @@ func driverGoneErr(err error) bool {
 	return errors.As(err, &ret) && driverGone(ret)
 }
 
-func (b *nvmlBackend) close() error { return b.shutdown() }
+func (b *nvmlBackend) Close() error { return b.shutdown() }
 
 func (b *nvmlBackend) shutdown() error {
 	if !b.initialised {

@@ -188,7 +188,7 @@ func (b *nvmlBackend) readXID(r *reader, g *nvmlGPU) {
 	}
 	x := g.xid
 	x.mu.Lock()
-	r.s.setValue(FieldXID, float64(x.last))
+	r.s.Set(FieldXID, float64(x.last))
 	if len(x.counts) > 0 {
 		r.s.xidCounts = make([]xidCount, 0, len(x.counts))
 		for code, n := range x.counts {

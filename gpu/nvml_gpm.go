@@ -123,9 +123,9 @@ func (b *nvmlBackend) readGPMSample(r *reader, st *gpmState, take func(nvml.GpmS
 				if math.IsNaN(v) || math.IsInf(v, 0) {
 					continue // blank, as DCGM leaves a NaN (DcgmGpmManager)
 				}
-				r.s.setValue(m.field, v)
+				r.s.Set(m.field, v)
 				if m.pcie != numFields {
-					r.s.setValue(m.pcie, v)
+					r.s.Set(m.pcie, v)
 				}
 			}
 		}

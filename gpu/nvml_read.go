@@ -98,26 +98,26 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 		func() {
 			v, ret := d.GetClockInfo(nvml.CLOCK_SM)
 			if r.ok(ret, FieldSMClock) {
-				s.setValue(FieldSMClock, float64(v))
+				s.Set(FieldSMClock, float64(v))
 			}
 		},
 		func() {
 			v, ret := d.GetClockInfo(nvml.CLOCK_MEM)
 			if r.ok(ret, FieldMemClock) {
-				s.setValue(FieldMemClock, float64(v))
+				s.Set(FieldMemClock, float64(v))
 			}
 		},
 		func() {
 			v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU)
 			// DCGM treats readings above 200 °C as blank.
 			if r.ok(ret, FieldGPUTemp) && v <= 200 {
-				s.setValue(FieldGPUTemp, float64(v))
+				s.Set(FieldGPUTemp, float64(v))
 			}
 		},
 		func() {
 			v, ret := d.GetPowerUsage()
 			if r.ok(ret, FieldPowerUsage) {
-				s.setValue(FieldPowerUsage, float64(v)/1000.0)
+				s.Set(FieldPowerUsage, float64(v)/1000.0)
 			}
 		},
 		func() {
@@ -127,7 +127,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 			}
 			v, ret := d.GetTotalEnergyConsumption()
 			if r.ok(ret, FieldEnergy) {
-				s.setValue(FieldEnergy, float64(v))
+				s.Set(FieldEnergy, float64(v))
 			}
 		},
 		func() {
@@ -137,26 +137,26 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 			}
 			v, ret := d.GetPcieReplayCounter()
 			if r.ok(ret, FieldPCIeReplay) {
-				s.setValue(FieldPCIeReplay, float64(v))
+				s.Set(FieldPCIeReplay, float64(v))
 			}
 		},
 		func() {
 			u, ret := d.GetUtilizationRates()
 			if r.ok(ret, FieldGPUUtil, FieldMemCopyUtil) {
-				s.setValue(FieldGPUUtil, float64(u.Gpu))
-				s.setValue(FieldMemCopyUtil, float64(u.Memory))
+				s.Set(FieldGPUUtil, float64(u.Gpu))
+				s.Set(FieldMemCopyUtil, float64(u.Memory))
 			}
 		},
 		func() {
 			v, _, ret := d.GetEncoderUtilization()
 			if r.ok(ret, FieldEncUtil) {
-				s.setValue(FieldEncUtil, float64(v))
+				s.Set(FieldEncUtil, float64(v))
 			}
 		},
 		func() {
 			v, _, ret := d.GetDecoderUtilization()
 			if r.ok(ret, FieldDecUtil) {
-				s.setValue(FieldDecUtil, float64(v))
+				s.Set(FieldDecUtil, float64(v))
 			}
 		},
 		func() {
@@ -173,9 +173,9 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 			}
 			corr, unc, _, failed, ret := d.GetRemappedRows()
 			if r.ok(ret, FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure) {
-				s.setValue(FieldCorRemappedRows, float64(corr))
-				s.setValue(FieldUncRemappedRows, float64(unc))
-				s.setValue(FieldRowRemapFailure, boolValue(failed))
+				s.Set(FieldCorRemappedRows, float64(corr))
+				s.Set(FieldUncRemappedRows, float64(unc))
+				s.Set(FieldRowRemapFailure, boolValue(failed))
 			}
 		},
 		func() {
@@ -185,7 +185,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 			}
 			lf, ret := d.GetGridLicensableFeatures()
 			if r.ok(ret, FieldVGPULicense) {
-				s.setValue(FieldVGPULicense, vgpuLicensed(lf))
+				s.Set(FieldVGPULicense, vgpuLicensed(lf))
 			}
 		},
 		func() { b.readFieldValues(&r, g, now) },
@@ -215,7 +215,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 			}
 			pages, ret := d.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
 			if r.ok(ret, FieldRetiredSBE) {
-				s.setValue(FieldRetiredSBE, float64(len(pages)))
+				s.Set(FieldRetiredSBE, float64(len(pages)))
 			}
 		},
 		func() { b.readXID(&r, g) },
@@ -253,18 +253,18 @@ func readMemory(r *reader, d nvml.Device, haveV2 bool) {
 	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_NOT_SUPPORTED {
 		m1, ret1 := d.GetMemoryInfo()
 		if r.ok(ret1, FieldFBFree, FieldFBUsed, FieldFBTotal) {
-			r.s.setValue(FieldFBFree, mib(m1.Free))
-			r.s.setValue(FieldFBUsed, mib(m1.Used))
-			r.s.setValue(FieldFBTotal, mib(m1.Total))
+			r.s.Set(FieldFBFree, mib(m1.Free))
+			r.s.Set(FieldFBUsed, mib(m1.Used))
+			r.s.Set(FieldFBTotal, mib(m1.Total))
 			r.s.unsupported.add(FieldFBReserved)
 		}
 		return
 	}
 	if r.ok(ret, FieldFBFree, FieldFBUsed, FieldFBReserved, FieldFBTotal) {
-		r.s.setValue(FieldFBFree, mib(m.Free))
-		r.s.setValue(FieldFBUsed, mib(m.Used))
-		r.s.setValue(FieldFBReserved, mib(m.Reserved))
-		r.s.setValue(FieldFBTotal, mib(m.Total))
+		r.s.Set(FieldFBFree, mib(m.Free))
+		r.s.Set(FieldFBUsed, mib(m.Used))
+		r.s.Set(FieldFBReserved, mib(m.Reserved))
+		r.s.Set(FieldFBTotal, mib(m.Total))
 	}
 }
 
@@ -390,7 +390,7 @@ func (b *nvmlBackend) readFieldValues(r *reader, g *nvmlGPU, now time.Time) {
 		if !ok || (spec.field == FieldMemoryTemp && v > 200) {
 			continue // blank, as DCGM leaves it
 		}
-		r.s.setValue(spec.field, v)
+		r.s.Set(spec.field, v)
 	}
 	if !sawNVLink || !r.ok(nvlinkRet, FieldNVLinkBandwidth) {
 		g.nvlinkPrimed = false
@@ -408,7 +408,7 @@ func (b *nvmlBackend) readFieldValues(r *reader, g *nvmlGPU, now time.Time) {
 		}
 	}
 	g.nvlinkPrevKiB, g.nvlinkPrevAt, g.nvlinkPrimed = nvlinkKiB, nvlinkAt, true
-	r.s.setValue(FieldNVLinkBandwidth, rate)
+	r.s.Set(FieldNVLinkBandwidth, rate)
 }
 
 // fieldValueFloat decodes a field value. It reports false for types it
@@ -440,24 +440,24 @@ func fieldValueFloat(fv *nvml.FieldValue, asUint bool) (float64, bool) {
 func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 	d := g.dev
 	if gen, ret := d.GetCurrPcieLinkGeneration(); r.ok(ret, FieldPCIeLinkGen) {
-		r.s.setValue(FieldPCIeLinkGen, float64(gen))
+		r.s.Set(FieldPCIeLinkGen, float64(gen))
 	}
 	if w, ret := d.GetCurrPcieLinkWidth(); r.ok(ret, FieldPCIeLinkWidth) {
-		r.s.setValue(FieldPCIeLinkWidth, float64(w))
+		r.s.Set(FieldPCIeLinkWidth, float64(w))
 	}
 	maxGen, ret := d.GetMaxPcieLinkGeneration()
 	genOK := r.ok(ret, FieldPCIeLinkMaxGen, FieldPCIeMaxBandwidth)
 	if genOK {
-		r.s.setValue(FieldPCIeLinkMaxGen, float64(maxGen))
+		r.s.Set(FieldPCIeLinkMaxGen, float64(maxGen))
 	}
 	maxWidth, ret := d.GetMaxPcieLinkWidth()
 	widthOK := r.ok(ret, FieldPCIeLinkMaxWidth, FieldPCIeMaxBandwidth)
 	if widthOK {
-		r.s.setValue(FieldPCIeLinkMaxWidth, float64(maxWidth))
+		r.s.Set(FieldPCIeLinkMaxWidth, float64(maxWidth))
 	}
 	if genOK && widthOK {
 		if bw := PCIeMaxBandwidth(maxGen, maxWidth); bw > 0 {
-			r.s.setValue(FieldPCIeMaxBandwidth, bw)
+			r.s.Set(FieldPCIeMaxBandwidth, bw)
 		}
 	}
 	if r.lost {
@@ -475,7 +475,7 @@ func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 			continue
 		}
 		if v, ret := d.GetPcieThroughput(x.counter); r.ok(ret, x.field) {
-			r.s.setValue(x.field, float64(v)*1024)
+			r.s.Set(x.field, float64(v)*1024)
 		}
 	}
 }

@@ -135,7 +135,8 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 
 // Orphans is what the driver lists on a GPU (or GPU instance) for
 // processes that are gone: gpuscope_gpu_orphaned_memory_bytes and
-// gpuscope_gpu_orphaned_processes.
+// gpuscope_gpu_orphaned_processes. A backend gets it from
+// BackendEnv.GroupProcesses.
 type Orphans struct {
 	memoryBytes float64
 	processes   int
@@ -144,7 +145,7 @@ type Orphans struct {
 // containerNamer gives a container its labels besides its id: cAdvisor's
 // name and the workload identity, from the cache shared with cAdvisor's
 // collector. Each id is looked up once per cycle; not safe for concurrent
-// use (the grouper calls it under its lock, the sim from its cycle).
+// use (the grouper and BackendEnv.Container call it under the grouper's lock).
 type containerNamer struct {
 	lookup func(id string) (workload.Metadata, bool)
 	cache  *workload.Cache

@@ -1,30 +1,15 @@
 package gpu
 
 import (
-	"context"
 	"strconv"
 	"time"
 
 	"github.com/gpuscope/gpuscope/workload"
 )
 
-// backend is where samples come from. The collector calls open until it
-// succeeds, then sample once per cycle, never two calls at once; close
-// is called once when Run ends, unless a call is still hung.
-type backend interface {
-	// name is the backend_info label value.
-	name() string
-	// open prepares the backend. Goroutines it starts (event loops,
-	// CPU burners) stop when ctx ends or close is called.
-	open(ctx context.Context) error
-	// sample reads every GPU once. It reports only what it read: a field
-	// that failed is absent from the sample and listed in errs.
-	sample(ctx context.Context, now time.Time) *Sample
-	close() error
-}
-
 // Identity is what identifies a GPU in labels. It is built once when the
-// backend opens and shared, read-only, by every sample.
+// backend opens (BackendEnv.Identity) and shared, read-only, by every
+// sample.
 type Identity struct {
 	index  int
 	uuid   string
@@ -49,7 +34,9 @@ func newIdentity(index int, uuid, busID, model, driver, hostname string, withHos
 	return g
 }
 
-// GPUSample is one GPU's values from one cycle.
+// GPUSample is one GPU's values from one cycle. A backend outside this
+// package starts one with NewGPUSample, sets what it read and adds it to
+// its Sample.
 type GPUSample struct {
 	info *Identity
 	// at is when the GPU last answered a complete read (this cycle, or
@@ -80,9 +67,45 @@ type GPUSample struct {
 	instances []InstanceSample
 }
 
-func (s *GPUSample) setValue(f Field, v float64) {
+// NewGPUSample starts what a backend read of GPU id in one cycle.
+func NewGPUSample(id *Identity) *GPUSample { return &GPUSample{info: id} }
+
+// Set records v, the value of f.
+func (s *GPUSample) Set(f Field, v float64) {
 	s.values[f] = v
 	s.set.add(f)
+}
+
+// SetUnsupported records that the GPU cannot give f, as NVML's
+// NOT_SUPPORTED does: its series is omitted, gpuscope_gpu_field_supported
+// says 0, and a value set before is dropped.
+func (s *GPUSample) SetUnsupported(f Field) {
+	s.set &^= 1 << f
+	s.unsupported.add(f)
+}
+
+// SetClockEvents records NVML's clock event reasons, a bitmask, as
+// FieldClockEvents.
+func (s *GPUSample) SetClockEvents(reasons uint64) {
+	s.clockEvents = reasons
+	s.set.add(FieldClockEvents)
+}
+
+// AddXIDCount records that the driver reported XID code count times since
+// gpuscope started (gpuscope_gpu_xid_errors_total); FieldXID's value is
+// the last XID.
+func (s *GPUSample) AddXIDCount(code, count uint64) {
+	s.xidCounts = append(s.xidCounts, xidCount{code: code, count: count})
+}
+
+// SetContainers records that the GPU's processes were read
+// (FieldContainerMemory and FieldContainerSM): cs are what its containers
+// use (BackendEnv.Container, BackendEnv.GroupProcesses), orphans what the
+// driver lists for processes that are gone.
+func (s *GPUSample) SetContainers(cs []Container, orphans Orphans) {
+	s.set.add(FieldContainerMemory)
+	s.set.add(FieldContainerSM)
+	s.containers, s.orphans = cs, orphans
 }
 
 type xidCount struct {
@@ -90,7 +113,9 @@ type xidCount struct {
 	count uint64
 }
 
-// Container is what a container's processes use on one GPU.
+// Container is what a container's processes use on one GPU (or GPU
+// instance), with the labels the collector gives the container. A backend
+// gets one from BackendEnv.Container or BackendEnv.GroupProcesses.
 type Container struct {
 	id          string
 	name        string            // cAdvisor's name label
@@ -116,6 +141,40 @@ type Sample struct {
 	reinit error
 }
 
+// NewSample starts the sample of the cycle at now.
+func NewSample(now time.Time) *Sample { return &Sample{time: now} }
+
+// AddGPU adds g, read from a GPU that answered in this cycle: it counts
+// toward gpuscope_gpu_collector_up, and now is when it last answered.
+func (s *Sample) AddGPU(g *GPUSample) {
+	gs := *g
+	gs.at = s.time
+	s.gpus = append(s.gpus, gs)
+	s.read++
+}
+
+// AddUnreadGPU adds g, a GPU that could not be read in this cycle (off the
+// bus): it does not count as read, and lastAnswer is when it last
+// answered (zero if never). What is served of such a GPU is its XID
+// series; g should hold no more.
+func (s *Sample) AddUnreadGPU(g *GPUSample, lastAnswer time.Time) {
+	gs := *g
+	gs.at = lastAnswer
+	s.gpus = append(s.gpus, gs)
+}
+
+// AddError records a failed read, counted in
+// gpuscope_gpu_collector_errors_total and logged when it first appears:
+// of field, a metric name (Field.String) or "device" for a GPU that could
+// not be read at all, on GPU g, or on none when g is nil.
+func (s *Sample) AddError(g *Identity, field string, err error) {
+	e := fieldError{field: field, err: err}
+	if g != nil {
+		e.gpu = g.ownLabels[0]
+	}
+	s.errs = append(s.errs, e)
+}
+
 // fieldError is one failed read. gpu is the GPU index, or "" when the
 // failure is not tied to one GPU.
 type fieldError struct {
@@ -131,7 +190,7 @@ func (s *Sample) stale() *Sample {
 	for i, g := range s.gpus {
 		out.gpus[i] = GPUSample{info: g.info, at: g.at, xidCounts: g.xidCounts}
 		if g.set.has(FieldXID) {
-			out.gpus[i].setValue(FieldXID, g.values[FieldXID])
+			out.gpus[i].Set(FieldXID, g.values[FieldXID])
 		}
 	}
 	return out
