@@ -81,8 +81,10 @@ const bytesPerMiB = 1 << 20
 // mib converts bytes to MiB with the integer truncation DCGM applies.
 func mib(b uint64) float64 { return float64(b / bytesPerMiB) }
 
-// readGPU reads one GPU into s. answered says whether the device answered
-// at all; gone is the error of a driver that went away (see driverGone).
+// readGPU reads one GPU into s, phase by phase in a fixed order; a GPU
+// found lost (or a driver found gone) is read no further. answered says
+// whether the device answered at all; gone is the error of a driver that
+// went away (see driverGone).
 func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now time.Time) (answered bool, gone nvml.Return) {
 	r := reader{s: s, errs: errs, gpu: g.label}
 	defer func() {
@@ -92,21 +94,67 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 			answered = false
 		}
 	}()
-	d := g.dev
-	steps := [...]func(){
+	r.steps(
 		func() { b.readMIG(&r, g) }, // first: whether the GPU is in MIG mode
-		func() {
-			v, ret := d.GetClockInfo(nvml.CLOCK_SM)
-			if r.ok(ret, FieldSMClock) {
-				s.Set(FieldSMClock, float64(v))
+		func() { b.readClocks(&r, g) },
+		func() { b.readThermalAndPower(&r, g) },
+		func() { b.readPCIeReplays(&r, g) },
+		func() { b.readUtilization(&r, g) },
+		func() { b.readFramebuffer(&r, g) },
+		func() { b.readRemappedRows(&r, g) },
+		func() { b.readVGPULicense(&r, g) },
+		func() { b.readFieldValues(&r, g, now) },
+		func() { b.readGPM(&r, g) },
+		func() { b.readPCIe(&r, g) },
+		func() { b.readClockEvents(&r, g) },
+		func() { b.readRetiredSBE(&r, g) },
+		func() { b.readXID(&r, g) },
+		func() { b.readGPUProcesses(&r, g, now) },
+		func() { g.mig.finish(s) }, // last
+	)
+	if r.lost {
+		// Nothing read from a lost GPU in this cycle is served: its
+		// series go stale until it answers again. Its XIDs stay: they
+		// come from the event loop, not the device, and XID 79 (fallen
+		// off the bus) is exactly what a lost GPU last reported.
+		*s = GPUSample{info: g.info}
+		b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
+		return false, r.gone
+	}
+	// XIDs come from the event loop: they do not show the device answered.
+	const xid = fieldSet(1) << FieldXID
+	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
+}
+
+// steps runs the reads fs in order until the GPU is found lost: reading
+// the rest would only repeat the error, and a lost GPU's calls can be
+// slow.
+func (r *reader) steps(fs ...func()) {
+	for _, f := range fs {
+		f()
+		if r.lost {
+			return
+		}
+	}
+}
+
+// readClocks reads the SM and memory clocks.
+func (b *nvmlBackend) readClocks(r *reader, g *nvmlGPU) {
+	clock := func(c nvml.ClockType, f Field) func() {
+		return func() {
+			if v, ret := g.dev.GetClockInfo(c); r.ok(ret, f) {
+				r.s.Set(f, float64(v))
 			}
-		},
-		func() {
-			v, ret := d.GetClockInfo(nvml.CLOCK_MEM)
-			if r.ok(ret, FieldMemClock) {
-				s.Set(FieldMemClock, float64(v))
-			}
-		},
+		}
+	}
+	r.steps(clock(nvml.CLOCK_SM, FieldSMClock), clock(nvml.CLOCK_MEM, FieldMemClock))
+}
+
+// readThermalAndPower reads the GPU temperature, the power draw and the
+// energy counter.
+func (b *nvmlBackend) readThermalAndPower(r *reader, g *nvmlGPU) {
+	d, s := g.dev, r.s
+	r.steps(
 		func() {
 			v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU)
 			// DCGM treats readings above 200 °C as blank.
@@ -130,16 +178,26 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 				s.Set(FieldEnergy, float64(v))
 			}
 		},
-		func() {
-			if !b.syms.pcieReplay {
-				s.unsupported.add(FieldPCIeReplay)
-				return
-			}
-			v, ret := d.GetPcieReplayCounter()
-			if r.ok(ret, FieldPCIeReplay) {
-				s.Set(FieldPCIeReplay, float64(v))
-			}
-		},
+	)
+}
+
+// readPCIeReplays reads the PCIe replay counter.
+func (b *nvmlBackend) readPCIeReplays(r *reader, g *nvmlGPU) {
+	if !b.syms.pcieReplay {
+		r.s.unsupported.add(FieldPCIeReplay)
+		return
+	}
+	v, ret := g.dev.GetPcieReplayCounter()
+	if r.ok(ret, FieldPCIeReplay) {
+		r.s.Set(FieldPCIeReplay, float64(v))
+	}
+}
+
+// readUtilization reads the GPU and memory-copy utilisation and the
+// encoder's and decoder's.
+func (b *nvmlBackend) readUtilization(r *reader, g *nvmlGPU) {
+	d, s := g.dev, r.s
+	r.steps(
 		func() {
 			u, ret := d.GetUtilizationRates()
 			if r.ok(ret, FieldGPUUtil, FieldMemCopyUtil) {
@@ -159,88 +217,86 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 				s.Set(FieldDecUtil, float64(v))
 			}
 		},
-		func() {
-			if !g.mig.enabled() { // in MIG mode, per GPU instance
-				readMemory(&r, d, b.syms.memoryV2)
-			}
-		},
-		func() {
-			if !b.syms.remappedRows {
-				s.unsupported.add(FieldCorRemappedRows)
-				s.unsupported.add(FieldUncRemappedRows)
-				s.unsupported.add(FieldRowRemapFailure)
-				return
-			}
-			corr, unc, _, failed, ret := d.GetRemappedRows()
-			if r.ok(ret, FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure) {
-				s.Set(FieldCorRemappedRows, float64(corr))
-				s.Set(FieldUncRemappedRows, float64(unc))
-				s.Set(FieldRowRemapFailure, boolValue(failed))
-			}
-		},
-		func() {
-			if !b.syms.gridLicense {
-				s.unsupported.add(FieldVGPULicense)
-				return
-			}
-			lf, ret := d.GetGridLicensableFeatures()
-			if r.ok(ret, FieldVGPULicense) {
-				s.Set(FieldVGPULicense, vgpuLicensed(lf))
-			}
-		},
-		func() { b.readFieldValues(&r, g, now) },
-		func() { b.readGPM(&r, g) },
-		func() { b.readPCIe(&r, g) },
-		func() {
-			if !b.fields.has(FieldClockEvents) {
-				return
-			}
-			var v uint64
-			ret := nvml.ERROR_FUNCTION_NOT_FOUND
-			switch {
-			case b.syms.clocksEvent:
-				v, ret = d.GetCurrentClocksEventReasons()
-			case b.syms.clocksThrottle:
-				// Drivers before R535 name the same bits throttle reasons.
-				v, ret = d.GetCurrentClocksThrottleReasons()
-			}
-			if r.ok(ret, FieldClockEvents) {
-				s.clockEvents = v
-				s.set.add(FieldClockEvents)
-			}
-		},
-		func() {
-			if !b.fields.has(FieldRetiredSBE) {
-				return
-			}
-			pages, ret := d.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-			if r.ok(ret, FieldRetiredSBE) {
-				s.Set(FieldRetiredSBE, float64(len(pages)))
-			}
-		},
-		func() { b.readXID(&r, g) },
-		func() {
-			if !g.mig.enabled() { // in MIG mode, per GPU instance
-				b.readProcesses(&r, g, now)
-			}
-		},
-		func() { g.mig.finish(s) }, // last
+	)
+}
+
+// readFramebuffer reads the GPU's memory; in MIG mode it is read per GPU
+// instance instead (readMIG).
+func (b *nvmlBackend) readFramebuffer(r *reader, g *nvmlGPU) {
+	if !g.mig.enabled() {
+		readMemory(r, g.dev, b.syms.memoryV2)
 	}
-	for _, step := range steps {
-		step()
-		if r.lost {
-			// Nothing read from a lost GPU in this cycle is served: its
-			// series go stale until it answers again. Its XIDs stay: they
-			// come from the event loop, not the device, and XID 79 (fallen
-			// off the bus) is exactly what a lost GPU last reported.
-			*s = GPUSample{info: g.info}
-			b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
-			return false, r.gone
-		}
+}
+
+// readRemappedRows reads the rows remapped for memory errors and whether
+// remapping failed.
+func (b *nvmlBackend) readRemappedRows(r *reader, g *nvmlGPU) {
+	if !b.syms.remappedRows {
+		r.s.unsupported.add(FieldCorRemappedRows)
+		r.s.unsupported.add(FieldUncRemappedRows)
+		r.s.unsupported.add(FieldRowRemapFailure)
+		return
 	}
-	// XIDs come from the event loop: they do not show the device answered.
-	const xid = fieldSet(1) << FieldXID
-	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
+	corr, unc, _, failed, ret := g.dev.GetRemappedRows()
+	if r.ok(ret, FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure) {
+		r.s.Set(FieldCorRemappedRows, float64(corr))
+		r.s.Set(FieldUncRemappedRows, float64(unc))
+		r.s.Set(FieldRowRemapFailure, boolValue(failed))
+	}
+}
+
+// readVGPULicense reads whether the vGPU feature is licensed.
+func (b *nvmlBackend) readVGPULicense(r *reader, g *nvmlGPU) {
+	if !b.syms.gridLicense {
+		r.s.unsupported.add(FieldVGPULicense)
+		return
+	}
+	lf, ret := g.dev.GetGridLicensableFeatures()
+	if r.ok(ret, FieldVGPULicense) {
+		r.s.Set(FieldVGPULicense, vgpuLicensed(lf))
+	}
+}
+
+// readClockEvents reads, with its family on, why the clocks are held
+// down.
+func (b *nvmlBackend) readClockEvents(r *reader, g *nvmlGPU) {
+	if !b.fields.has(FieldClockEvents) {
+		return
+	}
+	var v uint64
+	ret := nvml.ERROR_FUNCTION_NOT_FOUND
+	switch {
+	case b.syms.clocksEvent:
+		v, ret = g.dev.GetCurrentClocksEventReasons()
+	case b.syms.clocksThrottle:
+		// Drivers before R535 name the same bits throttle reasons.
+		v, ret = g.dev.GetCurrentClocksThrottleReasons()
+	}
+	if r.ok(ret, FieldClockEvents) {
+		r.s.clockEvents = v
+		r.s.set.add(FieldClockEvents)
+	}
+}
+
+// readRetiredSBE reads, with its family on, the pages retired for
+// single-bit ECC errors; the double-bit and pending counts are field
+// values.
+func (b *nvmlBackend) readRetiredSBE(r *reader, g *nvmlGPU) {
+	if !b.fields.has(FieldRetiredSBE) {
+		return
+	}
+	pages, ret := g.dev.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+	if r.ok(ret, FieldRetiredSBE) {
+		r.s.Set(FieldRetiredSBE, float64(len(pages)))
+	}
+}
+
+// readGPUProcesses reads the GPU's processes; in MIG mode they are read
+// per GPU instance instead (readMIG).
+func (b *nvmlBackend) readGPUProcesses(r *reader, g *nvmlGPU, now time.Time) {
+	if !g.mig.enabled() {
+		b.readProcesses(r, g, now)
+	}
 }
 
 // readMemory uses the v2 memory info, which splits the reserved part out of
