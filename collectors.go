@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 	"github.com/gpuscope/gpuscope/web"
 	"github.com/gpuscope/gpuscope/workload"
@@ -31,16 +32,6 @@ func resolveNodeName(flag string) (string, error) {
 		return "", fmt.Errorf("read host name (set --node.name): %w", err)
 	}
 	return h, nil
-}
-
-// applyGPUFlags lets --demo and --gpu.backend override the config file.
-func applyGPUFlags(cfg *config.Config, demo bool, backend string) {
-	if demo {
-		cfg.GPU = gpu.DemoConfig()
-	}
-	if backend != "" {
-		cfg.GPU.Backend = backend
-	}
 }
 
 // newSelfRegistry holds the process's own metrics, served at /metrics.
@@ -87,14 +78,20 @@ func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger)
 			// identity from the metadata cAdvisor's labels use.
 			lookup = c.cadvisor.Lookup
 		}
-		c.gpu, err = gpu.New(gpu.Options{
-			Config:          cfg.GPU,
+		o := gpu.Options{
+			Config:          cfg.GPU.Config,
 			Interval:        cfg.GPUInterval(),
 			Hostname:        nodeName,
 			Logger:          logger.With("component", "gpu"),
 			ContainerLookup: lookup,
 			Workloads:       workloads,
-		})
+		}
+		if cfg.GPU.Backend == gpu.BackendSim {
+			o.NewBackend = func(env *gpu.BackendEnv) (gpu.Backend, error) {
+				return sim.New(sim.Options{Config: cfg.GPU.Sim}, env)
+			}
+		}
+		c.gpu, err = gpu.New(o)
 		if err != nil {
 			return nil, err
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/workload"
 )
 
@@ -38,13 +39,13 @@ func TestNodeCollectorsShareWorkloads(t *testing.T) {
 
 	cfg := config.Default(nil)
 	cfg.Cadvisor.HousekeepingInterval = model.Duration(200 * time.Millisecond)
-	cfg.GPU = gpu.DefaultConfig()
+	cfg.GPU.Config, cfg.GPU.Sim = gpu.DefaultConfig(), sim.DefaultConfig()
 	cfg.GPU.Backend = gpu.BackendSim
 	cfg.GPU.Interval = model.Duration(100 * time.Millisecond)
 	cfg.GPU.Families.Processes = true
-	cfg.GPU.Sim.GPUs = []gpu.SimGPU{
-		{Scenario: gpu.ScenarioTraining, Container: step},
-		{Scenario: gpu.ScenarioTraining, Container: unit},
+	cfg.GPU.Sim.GPUs = []sim.GPU{
+		{Scenario: sim.ScenarioTraining, Container: step},
+		{Scenario: sim.ScenarioTraining, Container: unit},
 	}
 	c, err := newNodeCollectors(cfg, "node-1", slog.New(slog.DiscardHandler))
 	require.NoError(t, err)

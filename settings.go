@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpuscope/gpuscope/config"
-	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 )
 
 // serveSettings are serve's flags and the config file's web: section
@@ -132,7 +132,7 @@ func (l configLoader) read() (*config.Config, error) {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
 	if l.demo {
-		cfg.GPU = gpu.DemoConfig()
+		cfg.GPU.Config, cfg.GPU.Sim = sim.DemoConfig()
 		// The built-in rules run as fast as the simulated GPUs, so that
 		// the demo's alerts fire within minutes.
 		cfg.Rules.Builtin.TimeScale = cfg.GPU.Sim.TimeScale

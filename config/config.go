@@ -54,7 +54,7 @@ type Config struct {
 	Prometheus *promconfig.Config
 
 	Cadvisor cadvisor.Config
-	GPU      gpu.Config
+	GPU      GPU
 	Web      Web
 	// Nodes are the machines running `gpuscope agent` that the appliance
 	// scrapes (the node-* jobs).
@@ -164,7 +164,7 @@ func (w Web) Validate() error {
 // own is the part of the file that belongs to gpuscope.
 type own struct {
 	Cadvisor    cadvisor.Config   `yaml:"cadvisor"`
-	GPU         gpu.Config        `yaml:"gpu"`
+	GPU         GPU               `yaml:"gpu"`
 	Web         Web               `yaml:"web"`
 	Nodes       scrape.Nodes      `yaml:"nodes"`
 	Rules       rules.Config      `yaml:"rules"`
@@ -182,7 +182,7 @@ type SelfMetrics struct {
 func defaultOwn() own {
 	return own{
 		Cadvisor: cadvisor.DefaultConfig(),
-		GPU:      gpu.DefaultConfig(),
+		GPU:      defaultGPU(),
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
 		Nodes:    scrape.DefaultNodes(),
 		Rules:    rules.DefaultConfig(),

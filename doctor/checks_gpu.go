@@ -38,7 +38,7 @@ func gpuChecks(ctx context.Context, o *Options) []Check {
 	defer cancel()
 	select {
 	case r := <-done:
-		return factChecks(o.Config.GPU, r.f, r.err)
+		return factChecks(o.Config.GPU.Config, r.f, r.err)
 	case <-ctx.Done():
 		return []Check{fail("nvml", "NVML did not answer: "+ctx.Err().Error(),
 			"the driver is hung or busy: check `nvidia-smi` and dmesg for XID errors")}

@@ -166,7 +166,7 @@ func TestGPUChecks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := config.Default(nil)
 			if tc.cfg != nil {
-				tc.cfg(&cfg.GPU)
+				tc.cfg(&cfg.GPU.Config)
 			}
 			devices := tc.devices
 			if devices == nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
@@ -138,8 +138,8 @@ func requireBetween(t *testing.T, format, id string, got figures, lo, hi map[str
 func TestWorkloadsReportDemo(t *testing.T) {
 	t.Parallel()
 	p := serve(t, "", "--demo")
-	demo := gpu.DemoConfig()
-	interval := time.Minute.Seconds() / demo.Sim.TimeScale
+	_, demo := sim.DemoConfig()
+	interval := time.Minute.Seconds() / demo.TimeScale
 
 	// The workloads holding a GPU (instance) and their GPUs, from the
 	// recorded series themselves.
@@ -171,7 +171,7 @@ func TestWorkloadsReportDemo(t *testing.T) {
 	for {
 		var missing []string
 		held = holders()
-		for _, g := range demo.Sim.GPUs {
+		for _, g := range demo.GPUs {
 			found := false
 			for w := range held {
 				found = found || w == g.Container || strings.HasPrefix(w, g.Container+"/") // MIG: one per instance

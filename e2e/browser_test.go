@@ -28,7 +28,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/html"
 
-	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
@@ -107,7 +108,7 @@ func TestBrowserOverview(t *testing.T) {
 	t.Parallel()
 	pkgtest.Require(t, false, chromiumPath)
 	demo := demoAtScale(browserTimeScale)
-	leakGPU := slices.IndexFunc(demo.Sim.GPUs, func(g gpu.SimGPU) bool { return g.Scenario == gpu.ScenarioLeak })
+	leakGPU := slices.IndexFunc(demo.Sim.GPUs, func(g sim.GPU) bool { return g.Scenario == sim.ScenarioLeak })
 	require.GreaterOrEqual(t, leakGPU, 0, "the demo has a leak scenario")
 
 	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), browserConfig(t, demo)))
@@ -227,8 +228,9 @@ func TestBrowserOverview(t *testing.T) {
 // the input-bound container's CPU burner: the page shows its GPU all the
 // same, and the burner's cgroup (/gpuscope-demo/input-bound) is one that
 // the demo tests running beside this one create and remove themselves.
-func demoAtScale(scale float64) gpu.Config {
-	c := gpu.DemoConfig()
+func demoAtScale(scale float64) config.GPU {
+	var c config.GPU
+	c.Config, c.Sim = sim.DemoConfig()
 	c.Sim.TimeScale = scale
 	c.Sim.CPUBurn = false
 	return c
@@ -236,7 +238,7 @@ func demoAtScale(scale float64) gpu.Config {
 
 // browserConfig is `serve --demo` as a config file: the demo's GPUs, its
 // rules at the GPUs' speed, scraped and evaluated every second.
-func browserConfig(t *testing.T, demo gpu.Config) string {
+func browserConfig(t *testing.T, demo config.GPU) string {
 	t.Helper()
 	g, err := yaml.Marshal(map[string]any{"gpu": demo})
 	require.NoError(t, err)

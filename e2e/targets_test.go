@@ -255,7 +255,7 @@ scrape_configs:
 	require.Equal(t, map[string]float64{"e2e-malformed": 1, "e2e-hanging": 0, "e2e-500": 0}, samplesByJob(v))
 }
 
-// TestServeSimGPULostAndBack is gpu/lost_test.go through the binary: with
+// TestServeSimGPULostAndBack is gpu/sim/lost_test.go through the binary: with
 // gpu.sim.time_scale 10, simulated GPU 0 falls off the bus 10 s into the
 // run for 15 s. Meanwhile its DCGM series are absent and
 // gpuscope_gpu_collector_errors_total{gpu="0",field="device"} increases,

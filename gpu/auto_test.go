@@ -60,7 +60,7 @@ func TestAutoWithoutDriver(t *testing.T) {
 }
 
 func TestBackendNone(t *testing.T) {
-	c, reg := testCollector(t, Options{Config: Config{Backend: BackendNone, HostnameLabel: HostnameLabelDCGM, Sim: DefaultConfig().Sim}})
+	c, reg := testCollector(t, Options{Config: Config{Backend: BackendNone, HostnameLabel: HostnameLabelDCGM}})
 	c.collectOnce(bg)
 	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
 	require.Equal(t, "none", gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"])
@@ -69,13 +69,15 @@ func TestBackendNone(t *testing.T) {
 
 func TestRunTwice(t *testing.T) {
 	clock := newFakeClock()
-	c, err := New(simOptions(clock))
+	o, _ := fakeOptions(clock, oneGPU)
+	c, err := New(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	require.Eventually(t, func() bool { return c.running.Load() }, time.Second, time.Millisecond)
 	require.ErrorContains(t, c.Run(ctx), "already running")
+	require.ErrorContains(t, c.SampleOnce(ctx), "already running", "a cycle of its own beside Run's")
 	cancel()
 	require.NoError(t, <-done)
 }

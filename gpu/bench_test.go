@@ -58,23 +58,6 @@ func BenchmarkNVMLCycle(b *testing.B) {
 	}
 }
 
-// BenchmarkSimCycle64 is one cycle of 64 simulated GPUs running every
-// scenario.
-func BenchmarkSimCycle64(b *testing.B) {
-	clock := newFakeClock()
-	o := simOptions(clock)
-	o.Config.Sim.Count = 64
-	for i := range 64 {
-		o.Config.Sim.GPUs = append(o.Config.Sim.GPUs, SimGPU{Scenario: scenarios[i%len(scenarios)]})
-	}
-	c, _ := testCollector(b, o)
-	c.collectOnce(bg)
-	benchCPU(b, func() {
-		clock.Advance(15 * time.Second)
-		c.collectOnce(bg)
-	})
-}
-
 // BenchmarkCollect is what a scrape of /metrics/gpu costs the collector
 // for the 8-GPU machine: the first scrape of a sample builds its metrics,
 // later scrapes of the same sample reuse them.

@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -84,7 +86,11 @@ func TestCgroupIDOfThisProcess(t *testing.T) {
 	}
 	id, err := cgroupIDFromProcFile(b)
 	require.NoError(t, err)
-	require.NoError(t, validCgroupID(id))
+	// A clean, absolute cgroup path, as gpu.sim.gpus[i].container takes.
+	require.True(t, strings.HasPrefix(id, "/"), id)
+	require.Equal(t, path.Clean(id), id)
+	require.NotContains(t, id, "/..")
+	require.False(t, strings.ContainsAny(id, "\n\x00"), id)
 }
 
 func TestPIDResolverCachesWhilePidIsSeen(t *testing.T) {
@@ -132,7 +138,7 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	)
 	g.endCycle()
 	require.Equal(t, 1, unresolved)
-	require.Equal(t, []containerUsage{
+	require.Equal(t, []Container{
 		{id: "/a", workload: workload.Identity{Workload: "/a", Runtime: workload.RuntimeCgroup}, memoryBytes: 5, smPercent: 100, processes: 2},
 		{id: "/z", workload: workload.Identity{Workload: "/z", Runtime: workload.RuntimeCgroup}, memoryBytes: 1, processes: 1},
 	}, out)
@@ -153,7 +159,7 @@ func TestPCIeMaxBandwidth(t *testing.T) {
 		{0, 16, 0},
 		{7, 16, 0},
 	} {
-		require.InDelta(t, tc.want, pcieMaxBandwidth(tc.gen, tc.width), 1, "gen %d x%d", tc.gen, tc.width)
+		require.InDelta(t, tc.want, PCIeMaxBandwidth(tc.gen, tc.width), 1, "gen %d x%d", tc.gen, tc.width)
 	}
 }
 

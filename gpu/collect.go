@@ -49,7 +49,7 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 	container := append([]string{"gpu", "UUID", "id", "name"}, workload.LabelNames()...)
 
 	d := &descs{enabled: enabled}
-	for f := fieldID(0); f < numFields; f++ {
+	for f := Field(0); f < numFields; f++ {
 		spec := fields[f]
 		if !enabled.has(f) || spec.kind == kindSpecial {
 			continue
@@ -60,16 +60,16 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		}
 		d.field[f] = prometheus.NewDesc(spec.name, spec.help, labels, nil)
 	}
-	d.xid = prometheus.NewDesc(fields[fXID].name, fields[fXID].help, append(dcgm[:len(dcgm):len(dcgm)], "err_code", "err_msg"), nil)
+	d.xid = prometheus.NewDesc(fields[FieldXID].name, fields[FieldXID].help, append(dcgm[:len(dcgm):len(dcgm)], "err_code", "err_msg"), nil)
 	d.xidTotal = prometheus.NewDesc("gpuscope_gpu_xid_errors_total",
 		"XID errors reported by the driver since gpuscope started, by XID code (DCGM_FI_DEV_XID_ERRORS only keeps the last).",
 		[]string{"gpu", "UUID", "err_code"}, nil)
-	if enabled.has(fClockEvents) {
-		d.clockEvent = prometheus.NewDesc(fields[fClockEvents].name, fields[fClockEvents].help, []string{"gpu", "UUID", "reason"}, nil)
+	if enabled.has(FieldClockEvents) {
+		d.clockEvent = prometheus.NewDesc(fields[FieldClockEvents].name, fields[FieldClockEvents].help, []string{"gpu", "UUID", "reason"}, nil)
 	}
-	if enabled.has(fContainerMemory) {
-		d.containerMemory = prometheus.NewDesc(fields[fContainerMemory].name, fields[fContainerMemory].help, container, nil)
-		d.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, container, nil)
+	if enabled.has(FieldContainerMemory) {
+		d.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, container, nil)
+		d.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, container, nil)
 		d.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			"Compute processes of a container on the GPU.", container, nil)
 		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, dcgm, nil)
@@ -154,7 +154,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // snapshot is a published sample. Its metrics are built on the first
 // scrape and reused by later scrapes of the same sample.
 type snapshot struct {
-	s    *sample
+	s    *Sample
 	once sync.Once
 	ms   []prometheus.Metric
 }
@@ -164,7 +164,7 @@ func (s *snapshot) metrics(d *descs) []prometheus.Metric {
 	return s.ms
 }
 
-func (d *descs) render(s *sample) []prometheus.Metric {
+func (d *descs) render(s *Sample) []prometheus.Metric {
 	out := make([]prometheus.Metric, 0, len(s.gpus)*64)
 	for i := range s.gpus {
 		g := &s.gpus[i]
@@ -172,7 +172,7 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 		if m := d.lastSampleMetric(g); m != nil {
 			out = append(out, m)
 		}
-		for f := fieldID(0); f < numFields; f++ {
+		for f := Field(0); f < numFields; f++ {
 			desc := d.field[f]
 			if desc == nil || !g.set.has(f) {
 				continue
@@ -183,16 +183,16 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 			}
 			out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, g.values[f], labels...))
 		}
-		if g.set.has(fXID) {
-			code := uint64(g.values[fXID])
+		if g.set.has(FieldXID) {
+			code := uint64(g.values[FieldXID])
 			labels := append(info.dcgmLabels[:len(info.dcgmLabels):len(info.dcgmLabels)], strconv.FormatUint(code, 10), xidMessage(code))
-			out = append(out, prometheus.MustNewConstMetric(d.xid, prometheus.GaugeValue, g.values[fXID], labels...))
+			out = append(out, prometheus.MustNewConstMetric(d.xid, prometheus.GaugeValue, g.values[FieldXID], labels...))
 		}
 		for _, x := range g.xidCounts {
 			out = append(out, prometheus.MustNewConstMetric(d.xidTotal, prometheus.CounterValue, float64(x.count),
 				info.ownLabels[0], info.ownLabels[1], strconv.FormatUint(x.code, 10)))
 		}
-		if d.clockEvent != nil && g.set.has(fClockEvents) {
+		if d.clockEvent != nil && g.set.has(FieldClockEvents) {
 			for _, r := range clockEventReasons {
 				v := boolValue(g.clockEvents&r.bit != 0)
 				out = append(out, prometheus.MustNewConstMetric(d.clockEvent, prometheus.GaugeValue, v, info.ownLabels[0], info.ownLabels[1], r.name))
@@ -210,7 +210,7 @@ func (d *descs) render(s *sample) []prometheus.Metric {
 
 // lastSampleMetric is gpuscope_gpu_last_sample_timestamp_seconds of g, nil
 // for a GPU that never answered.
-func (d *descs) lastSampleMetric(g *gpuSample) prometheus.Metric {
+func (d *descs) lastSampleMetric(g *GPUSample) prometheus.Metric {
 	if g.at.IsZero() {
 		return nil
 	}
@@ -220,16 +220,16 @@ func (d *descs) lastSampleMetric(g *gpuSample) prometheus.Metric {
 // appendContainers renders the per-container series of a GPU, or of a GPU
 // instance (instance labels after the container's). Memory the driver
 // withheld is left out, not published as 0.
-func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, set fieldSet, cs []containerUsage, gpu, uuid string, instance ...string) []prometheus.Metric {
+func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, set fieldSet, cs []Container, gpu, uuid string, instance ...string) []prometheus.Metric {
 	for _, c := range cs {
 		lv := append(append([]string{gpu, uuid, c.id, c.name}, c.workload.Values()...), instance...)
-		if set.has(fContainerMemory) {
+		if set.has(FieldContainerMemory) {
 			if !c.memoryUnknown {
 				out = append(out, prometheus.MustNewConstMetric(mem, prometheus.GaugeValue, c.memoryBytes, lv...))
 			}
 			out = append(out, prometheus.MustNewConstMetric(procs, prometheus.GaugeValue, float64(c.processes), lv...))
 		}
-		if set.has(fContainerSM) {
+		if set.has(FieldContainerSM) {
 			out = append(out, prometheus.MustNewConstMetric(sm, prometheus.GaugeValue, c.smPercent, lv...))
 		}
 	}
@@ -247,8 +247,8 @@ const (
 
 // appendOrphans renders the orphan series of a GPU (or GPU instance) whose
 // process list was read, 0 when none is gone.
-func appendOrphans(out []prometheus.Metric, mem, procs *prometheus.Desc, g *gpuSample, labels []string) []prometheus.Metric {
-	if !g.set.has(fContainerMemory) {
+func appendOrphans(out []prometheus.Metric, mem, procs *prometheus.Desc, g *GPUSample, labels []string) []prometheus.Metric {
+	if !g.set.has(FieldContainerMemory) {
 		return out
 	}
 	return append(out,
@@ -260,7 +260,7 @@ func appendOrphans(out []prometheus.Metric, mem, procs *prometheus.Desc, g *gpuS
 // enabled that a GPU (or GPU instance: its labels after the field's) read
 // (1) or cannot give (0); fields neither read nor refused are left out.
 func appendSupported(out []prometheus.Metric, desc *prometheus.Desc, enabled, set, unsupported fieldSet, gpu, uuid string, instance ...string) []prometheus.Metric {
-	for f := fieldID(0); f < numFields; f++ {
+	for f := Field(0); f < numFields; f++ {
 		if !enabled.has(f) {
 			continue
 		}

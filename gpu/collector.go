@@ -28,9 +28,6 @@ type Options struct {
 	Logger *slog.Logger
 	// ProcRoot is where /proc is mounted (default "/proc").
 	ProcRoot string
-	// CgroupRoot is where the cgroup hierarchies are mounted (default
-	// "/sys/fs/cgroup"); the sim's CPU burner creates cgroups there.
-	CgroupRoot string
 	// ContainerLookup, when set, gives what cAdvisor knows of a container
 	// by its id (cgroup path): its name for the name label, and the
 	// metadata its workload identity is resolved from. cAdvisor's side
@@ -51,15 +48,21 @@ type Options struct {
 	// collector is down (a GPU node without the driver's libraries, e.g. a
 	// container without the NVIDIA runtime).
 	NVIDIADevices []string
-	// Now replaces time.Now for sample timestamps and the sim clock.
+	// Now replaces time.Now for sample timestamps and the backend's clock.
 	Now func() time.Time
+	// NewBackend, when set, makes the backend in place of the one
+	// Config.Backend names, from what New resolved of these Options; it
+	// must be set for backend sim, whose simulator is gpu/sim's. nil
+	// means NVML for auto and nvml, nothing for none.
+	NewBackend func(*BackendEnv) (Backend, error)
 }
 
 // Collector samples GPUs on its own ticker and serves the latest complete
 // sample as a prometheus.Collector. Register it in the registry served at
 // /metrics/gpu; Collect never waits on the driver.
 type Collector struct {
-	backend  backend
+	backend  Backend
+	env      *BackendEnv
 	logger   *slog.Logger
 	interval time.Duration
 	timeout  time.Duration
@@ -129,9 +132,6 @@ func New(o Options) (*Collector, error) {
 	if o.Workloads == nil {
 		o.Workloads = workload.NewCache(nil)
 	}
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = "/sys/fs/cgroup"
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -146,6 +146,7 @@ func New(o Options) (*Collector, error) {
 	withHost := o.Config.HostnameLabel != HostnameLabelNone
 
 	c := &Collector{
+		env:        newBackendEnv(&o, enabled, withHost),
 		logger:     o.Logger,
 		interval:   o.Interval,
 		timeout:    timeout,
@@ -155,24 +156,33 @@ func New(o Options) (*Collector, error) {
 		lastErrMsg: map[errKey]string{},
 		errCount:   map[errKey]float64{},
 	}
-	switch o.Config.Backend {
-	case BackendAuto, BackendNVML:
+	switch {
+	case o.NewBackend != nil:
+		b, err := o.NewBackend(c.env)
+		if err != nil {
+			// Unwrapped: a backend's config errors name their key
+			// (gpu.sim.count: ...), as Config.Validate's do.
+			return nil, err
+		}
+		c.backend = b
+	case o.Config.Backend == BackendAuto, o.Config.Backend == BackendNVML:
 		lib := o.NVML
 		if lib == nil {
 			lib = nvml.New()
 		}
-		c.backend = newNVMLBackend(lib, &o, enabled, withHost)
-	case BackendSim:
-		c.backend = newSimBackend(&o, enabled, withHost)
-	case BackendNone:
+		c.backend = newNVMLBackend(lib, &o, c.env)
+	case o.Config.Backend == BackendSim:
+		return nil, fmt.Errorf("gpu.backend: %s needs the simulator, which the caller makes (Options.NewBackend, gpu/sim)", BackendSim)
+	case o.Config.Backend == BackendNone:
 		c.backend = noneBackend{}
 	}
-	c.d.backend = c.backend.name()
+	c.d.backend = c.backend.Name()
 	return c, nil
 }
 
-// Run samples every interval until ctx ends, then releases the backend
-// (NVML handle, event loop, sim CPU burners). It returns nil when ctx ends.
+// Run samples every interval until ctx ends, then closes the backend
+// (NVML handle, event loop, the simulator's CPU burners). It returns nil
+// when ctx ends.
 func (c *Collector) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("gpu collector is already running")
@@ -239,7 +249,7 @@ func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
 		return nil
 	}
 	if c.opened {
-		if err := c.backend.close(); err != nil {
+		if err := c.backend.Close(); err != nil {
 			c.logger.Warn("Closing GPU backend failed", "err", err)
 		}
 		c.opened = false
@@ -248,7 +258,7 @@ func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
 }
 
 type cycleResult struct {
-	s       *sample
+	s       *Sample
 	openErr error
 	dur     time.Duration
 }
@@ -280,20 +290,24 @@ func (c *Collector) runCycle(ctx context.Context) cycleResult {
 		if c.openErr != nil && now.Before(c.reopenAt) {
 			return cycleResult{openErr: c.openErr, dur: time.Since(start)}
 		}
-		if err := c.backend.open(ctx); err != nil {
+		if err := c.backend.Open(ctx); err != nil {
 			c.openErr = err
 			c.fail(now)
 			return cycleResult{openErr: err, dur: time.Since(start)}
 		}
 		c.opened, c.openErr = true, nil
 	}
-	s := c.backend.sample(ctx, now)
+	// The cycle of the container attribution brackets the backend's:
+	// pids and names are cached for as long as GPUs list them.
+	c.env.grouper.beginCycle()
+	s := c.backend.Sample(ctx, now)
+	c.env.grouper.endCycle()
 	switch {
 	case s.reinit != nil:
 		// The driver went away (unloaded, upgraded) or nothing answers:
 		// shut NVML down and initialise it again, with backoff.
 		c.logger.Warn("Re-initialising the GPU backend", "err", s.reinit)
-		if err := c.backend.close(); err != nil {
+		if err := c.backend.Close(); err != nil {
 			c.logger.Warn("Closing GPU backend failed", "err", err)
 		}
 		c.opened = false
@@ -309,6 +323,19 @@ func (c *Collector) runCycle(ctx context.Context) cycleResult {
 // place of Run.
 func (c *Collector) collectOnce(ctx context.Context) {
 	c.publish(c.runCycle(ctx))
+}
+
+// SampleOnce runs one sampling cycle now and serves its sample, as Run
+// does every interval, for callers that drive the clock themselves: the
+// tests of a Backend made outside this package. It fails while Run runs.
+// The backend it opens stays open for the next call, or until Run ends.
+func (c *Collector) SampleOnce(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("gpu collector is already running")
+	}
+	defer c.running.Store(false)
+	c.collectOnce(ctx)
+	return nil
 }
 
 func (c *Collector) publish(res cycleResult) {
@@ -337,7 +364,7 @@ func (c *Collector) publish(res cycleResult) {
 }
 
 // noGPURead is the reason of a cycle that read no GPU.
-func noGPURead(s *sample) error {
+func noGPURead(s *Sample) error {
 	switch {
 	case s.reinit != nil:
 		return fmt.Errorf("no GPU could be read: %w", s.reinit)
@@ -366,20 +393,20 @@ func (c *Collector) setUp(up bool, reason error) {
 	}
 	switch {
 	case up:
-		c.logger.Info("GPU collector up", "backend", c.backend.name())
+		c.logger.Info("GPU collector up", "backend", c.backend.Name())
 	case errors.Is(reason, errNoDriver) && c.auto:
 		c.logger.Info("No NVIDIA driver found; no GPUs to monitor", "backend", BackendAuto)
 	case errors.Is(reason, errDisabled):
 		c.logger.Info("GPU collection disabled", "backend", BackendNone)
 	default:
-		c.logger.Warn("GPU collector down", "backend", c.backend.name(), "err", reason)
+		c.logger.Warn("GPU collector down", "backend", c.backend.Name(), "err", reason)
 	}
 }
 
 // logDenied logs, once per field, what the driver does not let gpuscope's
 // user read. Running as root, or with profiling open to all users
 // (NVreg_RestrictProfilingToAdminUsers=0), gives it back.
-func (c *Collector) logDenied(s *sample) {
+func (c *Collector) logDenied(s *Sample) {
 	var denied fieldSet
 	for i := range s.gpus {
 		denied |= s.gpus[i].denied
@@ -387,7 +414,7 @@ func (c *Collector) logDenied(s *sample) {
 	if denied&^c.denied == 0 {
 		return
 	}
-	for f := fieldID(0); f < numFields; f++ {
+	for f := Field(0); f < numFields; f++ {
 		if denied.has(f) && !c.denied.has(f) {
 			c.logger.Info("The driver does not let gpuscope's user read this field; it is reported unsupported",
 				"field", fields[f].name, "uid", os.Getuid(), "hint", "run as root, or for DCGM_FI_PROF_* set the nvidia module option NVreg_RestrictProfilingToAdminUsers=0")
@@ -427,7 +454,7 @@ func (c *Collector) recordErrors(errs []fieldError) {
 // noneBackend is backend "none": no GPUs, gpuscope_gpu_collector_up 0.
 type noneBackend struct{}
 
-func (noneBackend) name() string                              { return BackendNone }
-func (noneBackend) open(context.Context) error                { return errDisabled }
-func (noneBackend) sample(context.Context, time.Time) *sample { return &sample{} }
-func (noneBackend) close() error                              { return nil }
+func (noneBackend) Name() string                              { return BackendNone }
+func (noneBackend) Open(context.Context) error                { return errDisabled }
+func (noneBackend) Sample(context.Context, time.Time) *Sample { return &Sample{} }
+func (noneBackend) Close() error                              { return nil }

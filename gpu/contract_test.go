@@ -1,8 +1,9 @@
-package gpu
+package gpu_test
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
@@ -17,10 +18,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/internal/gputest"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 )
 
 // The contract test: every DCGM_* metric gpuscope publishes (sim and NVML
@@ -205,51 +209,49 @@ type publishedFamily struct {
 	by        string          // backend that published it
 }
 
+// simXIDAt is when gpu/sim's xid scenario dies of XID 79: ten simulated
+// minutes in.
+const simXIDAt = 10 * time.Minute
+
 // contractSources gathers every DCGM_* family from a mock NVML machine and
 // from the sim, all families on, over cycles long enough for the sim's XID.
 func contractSources(t *testing.T) map[string][]*dto.MetricFamily {
 	t.Helper()
-	all := Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}
+	all := gpu.Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}
 	out := map[string][]*dto.MetricFamily{}
 
 	// go-nvml's mock: the two GPUs of the golden test with a container.
-	m := newMockMachine(t, 2)
-	proc := t.TempDir()
-	writeProc(t, proc, 4242, "0::/system.slice/docker-0123abcd.scope\n")
-	m.procs[0] = []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 1000 << 20}}
-	m.utils[0] = []nvml.ProcessUtilizationSample{{Pid: 4242, TimeStamp: 5, SmUtil: 48}}
-	clock := newFakeClock()
-	o := mockOptions(m, clock)
-	o.ProcRoot = proc
-	o.Config.Families = all
-	c, reg := testCollector(t, o)
-	c.collectOnce(bg)
-	m.events <- nvml.EventData{Device: m.devs[0], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
-	clock.Advance(10 * time.Second)
-	require.Eventually(t, func() bool {
-		c.collectOnce(bg)
-		v, ok := lookup(t, reg, "gpuscope_gpu_xid_errors_total", map[string]string{"gpu": "0", "err_code": "79"})
-		return ok && v == 1
-	}, 5*time.Second, 20*time.Millisecond, "the mock's XID event reaches the collector")
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	out["nvml-mock"] = mfs
+	out["nvml-mock"] = gpu.NVMLContractSource(t, all)
 
 	// The sim, one GPU per scenario, past the xid scenario's XID.
-	clock = newFakeClock()
-	var gpus []SimGPU
-	for _, sc := range []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID} {
-		gpus = append(gpus, SimGPU{Scenario: sc})
+	clock := gputest.NewClock()
+	cfg := gpu.DefaultConfig()
+	cfg.Backend = gpu.BackendSim
+	cfg.Families = all
+	simCfg := sim.DefaultConfig()
+	for _, sc := range []string{sim.ScenarioIdle, sim.ScenarioTraining, sim.ScenarioLeak, sim.ScenarioInputBound, sim.ScenarioMemoryBound, sim.ScenarioThermal, sim.ScenarioXID} {
+		simCfg.GPUs = append(simCfg.GPUs, sim.GPU{Scenario: sc})
 	}
-	so := simOptions(clock, gpus...)
-	so.Config.Families = all
-	c, reg = testCollector(t, so)
-	for range (xidAt + 60) / 60 {
-		c.collectOnce(bg)
+	simCfg.Count = len(simCfg.GPUs)
+	var b *sim.Backend
+	c, err := gpu.New(gpu.Options{
+		Config: cfg, Now: clock.Now, Interval: 15 * time.Second, Hostname: "gpu-node-1", ProcRoot: t.TempDir(),
+		NewBackend: func(env *gpu.BackendEnv) (gpu.Backend, error) {
+			var err error
+			b, err = sim.New(sim.Options{Config: simCfg}, env)
+			return b, err
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	for range (simXIDAt + time.Minute) / time.Minute {
+		require.NoError(t, c.SampleOnce(context.Background()))
 		clock.Advance(time.Minute)
 	}
-	c.collectOnce(bg)
-	mfs, err = reg.Gather()
+	require.NoError(t, c.SampleOnce(context.Background()))
+	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	out["sim"] = mfs
 	return out
@@ -361,17 +363,16 @@ func TestDCGMExporterContract(t *testing.T) {
 
 	t.Run("every DCGM field of fields.go is published", func(t *testing.T) {
 		// Keeps the comparison below from passing on an empty gather.
-		for f := fieldID(0); f < numFields; f++ {
-			spec := fields[f]
-			if !strings.HasPrefix(spec.name, "DCGM_") {
+		for _, spec := range gpu.FieldSpecs() {
+			if !strings.HasPrefix(spec.Name, "DCGM_") {
 				continue
 			}
-			p, ok := pub[spec.name]
-			require.Truef(t, ok, "%s is in fields.go but neither backend published it", spec.name)
-			require.Equal(t, spec.help, p.help, spec.name)
-			require.Equal(t, valueTypeName(spec.typ), p.typ, spec.name)
+			p, ok := pub[spec.Name]
+			require.Truef(t, ok, "%s is in fields.go but neither backend published it", spec.Name)
+			require.Equal(t, spec.Help, p.help, spec.Name)
+			require.Equal(t, valueTypeName(spec.Type), p.typ, spec.Name)
 			for _, l := range []string{"gpu", "UUID", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION"} {
-				require.Truef(t, p.labels[l], "%s has no %s label", spec.name, l)
+				require.Truef(t, p.labels[l], "%s has no %s label", spec.Name, l)
 			}
 		}
 	})

@@ -1,9 +1,10 @@
 // Package gpu is gpuscope's GPU collector: it reads NVIDIA GPUs through
-// NVML (or simulates them) and publishes dcgm-exporter's metric contract,
-// so that queries, alert rules and dashboards written for dcgm-exporter
-// work unchanged, plus gpuscope_gpu_* metrics of its own: per-container
-// GPU use joined to cAdvisor's container id, PCIe link limits, clock event
-// reasons and the collector's health.
+// NVML, or takes its samples from another Backend (gpu/sim's simulated
+// GPUs, made through Options.NewBackend), and publishes dcgm-exporter's
+// metric contract, so that queries, alert rules and dashboards written for
+// dcgm-exporter work unchanged, plus gpuscope_gpu_* metrics of its own:
+// per-container GPU use joined to cAdvisor's container id, PCIe link
+// limits, clock event reasons and the collector's health.
 //
 // The contract is ../shared/gpu-metrics.md. In short:
 //

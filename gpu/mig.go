@@ -31,12 +31,12 @@ import (
 
 // instanceFields are the fields a GPU in MIG mode reports per GPU instance.
 var instanceFields = fieldSetOf(
-	fFBFree, fFBUsed, fFBReserved, fFBTotal,
-	fProfGrEngineActive, fProfSMActive, fProfSMOccupancy, fProfTensorActive, fProfDRAMActive,
-	fContainerMemory, fContainerSM,
+	FieldFBFree, FieldFBUsed, FieldFBReserved, FieldFBTotal,
+	FieldProfGrEngineActive, FieldProfSMActive, FieldProfSMOccupancy, FieldProfTensorActive, FieldProfDRAMActive,
+	FieldContainerMemory, FieldContainerSM,
 )
 
-func fieldSetOf(fs ...fieldID) fieldSet {
+func fieldSetOf(fs ...Field) fieldSet {
 	var s fieldSet
 	for _, f := range fs {
 		s.add(f)
@@ -44,9 +44,9 @@ func fieldSetOf(fs ...fieldID) fieldSet {
 	return s
 }
 
-func (s fieldSet) list() []fieldID {
-	var out []fieldID
-	for f := fieldID(0); f < numFields; f++ {
+func (s fieldSet) list() []Field {
+	var out []Field
+	for f := Field(0); f < numFields; f++ {
 		if s.has(f) {
 			out = append(out, f)
 		}
@@ -54,9 +54,11 @@ func (s fieldSet) list() []fieldID {
 	return out
 }
 
-// instanceInfo identifies a GPU instance in labels. Like gpuInfo it is
-// shared, read-only, by the samples that use it.
-type instanceInfo struct {
+// Instance identifies a GPU instance of a GPU in MIG mode in labels.
+// Like Identity it is made once and shared, read-only, by the samples
+// that use it.
+type Instance struct {
+	parent  *Identity
 	id      int
 	profile string
 
@@ -64,9 +66,10 @@ type instanceInfo struct {
 	ownLabels  []string // gpu, UUID, GPU_I_PROFILE, GPU_I_ID
 }
 
-func newInstanceInfo(parent *gpuInfo, id int, profile string) *instanceInfo {
+func newInstance(parent *Identity, id int, profile string) *Instance {
 	gi := strconv.Itoa(id)
-	return &instanceInfo{
+	return &Instance{
+		parent:     parent,
 		id:         id,
 		profile:    profile,
 		dcgmLabels: append(parent.dcgmLabels[:len(parent.dcgmLabels):len(parent.dcgmLabels)], profile, gi),
@@ -74,21 +77,44 @@ func newInstanceInfo(parent *gpuInfo, id int, profile string) *instanceInfo {
 	}
 }
 
-// instanceSample is one GPU instance's values from one cycle. Its
-// gpuSample holds the parent's info and only instanceFields.
-type instanceSample struct {
-	gpuSample
-	inst *instanceInfo
+// Instance identifies GPU instance gi of the GPU, made of slices compute
+// slices and memoryMiB of memory; its GPU_I_PROFILE label is the
+// profile's name as DCGM gives it ("3g.40gb").
+func (id *Identity) Instance(gi int, slices uint32, memoryMiB uint64) *Instance {
+	return newInstance(id, gi, dcgmProfileName(slices, memoryMiB))
+}
+
+// InstanceSample is one GPU instance's values from one cycle. Its
+// GPUSample holds the parent's info and only instanceFields; a backend
+// sets them with the GPUSample methods.
+type InstanceSample struct {
+	GPUSample
+	inst *Instance
+}
+
+// NewInstanceSample starts what a backend read of GPU instance in in one
+// cycle; GPUSample.AddInstance adds it to its GPU's sample.
+func NewInstanceSample(in *Instance) *InstanceSample {
+	return &InstanceSample{GPUSample: GPUSample{info: in.parent}, inst: in}
+}
+
+// AddInstance adds is, one of the GPU's instances: the GPU is in MIG mode
+// and keeps its whole-GPU fields only, what it holds of the instance
+// fields (memory, engine activity, containers) being published per
+// instance.
+func (s *GPUSample) AddInstance(is *InstanceSample) {
+	s.dropInstanceFields()
+	s.instances = append(s.instances, *is)
 }
 
 // dropInstanceFields leaves a GPU in MIG mode with its whole-GPU fields:
 // what it read for the instance fields (the driver reports the sum of the
 // instances there) is published per instance instead.
-func (s *gpuSample) dropInstanceFields() {
+func (s *GPUSample) dropInstanceFields() {
 	s.set &^= instanceFields
 	s.unsupported &^= instanceFields
 	s.containers = nil
-	s.orphans = orphanUsage{}
+	s.orphans = Orphans{}
 }
 
 // dcgmProfileName names a GPU instance profile as DCGM does, and so as
@@ -122,14 +148,14 @@ type migDescs struct {
 func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 	withMIG := func(ls []string) []string { return append(ls[:len(ls):len(ls)], migLabels...) }
 	m := &migDescs{}
-	for f := fieldID(0); f < numFields; f++ {
+	for f := Field(0); f < numFields; f++ {
 		if d.field[f] != nil && instanceFields.has(f) {
 			m.field[f] = prometheus.NewDesc(fields[f].name, fields[f].help, withMIG(dcgm), nil)
 		}
 	}
 	if d.containerMemory != nil {
-		m.containerMemory = prometheus.NewDesc(fields[fContainerMemory].name, fields[fContainerMemory].help, withMIG(container), nil)
-		m.containerSM = prometheus.NewDesc(fields[fContainerSM].name, fields[fContainerSM].help, withMIG(container), nil)
+		m.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, withMIG(container), nil)
+		m.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, withMIG(container), nil)
 		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			"Compute processes of a container on the GPU.", withMIG(container), nil)
 		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
@@ -142,19 +168,19 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 }
 
 // renderInstances appends the series of g's GPU instances, if any.
-func (d *descs) renderInstances(out []prometheus.Metric, g *gpuSample) []prometheus.Metric {
+func (d *descs) renderInstances(out []prometheus.Metric, g *GPUSample) []prometheus.Metric {
 	m := d.mig
 	for i := range g.instances {
 		is := &g.instances[i]
 		info := is.inst
-		for f := fieldID(0); f < numFields; f++ {
+		for f := Field(0); f < numFields; f++ {
 			if desc := m.field[f]; desc != nil && is.set.has(f) {
 				out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, is.values[f], info.dcgmLabels...))
 			}
 		}
 		if m.containerMemory != nil {
 			out = appendContainers(out, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
-			out = appendOrphans(out, m.orphanMemory, m.orphanProcs, &is.gpuSample, info.dcgmLabels)
+			out = appendOrphans(out, m.orphanMemory, m.orphanProcs, &is.GPUSample, info.dcgmLabels)
 		}
 		out = appendSupported(out, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 	}

@@ -58,7 +58,7 @@ type migState struct {
 // cycles.
 type nvmlInstance struct {
 	id   int
-	info *instanceInfo
+	info *Instance
 	devs []nvml.Device // its MIG devices (one per compute instance), this cycle
 	gpm  *gpmState
 }
@@ -69,7 +69,7 @@ func (m *migState) enabled() bool { return m != nil && m.on }
 
 // finish is the last step of a GPU's read: a GPU in MIG mode keeps its
 // whole-GPU fields only.
-func (m *migState) finish(s *gpuSample) {
+func (m *migState) finish(s *GPUSample) {
 	if m.enabled() {
 		s.dropInstanceFields()
 	}
@@ -193,7 +193,7 @@ func (b *nvmlBackend) readMIG(r *reader, g *nvmlGPU) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	r.s.instances = make([]instanceSample, 0, len(ids))
+	r.s.instances = make([]InstanceSample, 0, len(ids))
 	for _, id := range ids {
 		is := b.readInstance(r, g, m.insts[id])
 		if r.lost {
@@ -216,10 +216,10 @@ func (b *nvmlBackend) instancesOK(r *reader, ret nvml.Return) bool {
 // device's memory info, as DCGM reads it), processes and GPM activity.
 // What the instance's reads learn about the GPU (that it is lost) is the
 // GPU's: r gets it back.
-func (b *nvmlBackend) readInstance(r *reader, g *nvmlGPU, in *nvmlInstance) instanceSample {
-	is := instanceSample{gpuSample: gpuSample{info: g.info}}
+func (b *nvmlBackend) readInstance(r *reader, g *nvmlGPU, in *nvmlInstance) InstanceSample {
+	is := InstanceSample{GPUSample: GPUSample{info: g.info}}
 	ir := *r
-	ir.s = &is.gpuSample
+	ir.s = &is.GPUSample
 	defer func() {
 		ir.s = r.s
 		*r = ir
@@ -236,7 +236,7 @@ func (b *nvmlBackend) readInstance(r *reader, g *nvmlGPU, in *nvmlInstance) inst
 					err: fmt.Errorf("name the profile of GPU instance %d: %w", in.id, ret)})
 			}
 			if in.info == nil || in.info.profile != profile {
-				in.info = newInstanceInfo(g.info, in.id, profile)
+				in.info = newInstance(g.info, in.id, profile)
 			}
 			is.inst = in.info
 		},
@@ -308,14 +308,14 @@ func (m *migState) profileOfInstance(dev nvml.Device, id int) (string, nvml.Retu
 // an instance's MIG devices by container. NVML has no per-process utilisation in MIG mode,
 // so the instance's container series have memory and process counts only.
 func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInstance) {
-	if !b.fields.has(fContainerMemory) {
+	if !b.fields.has(FieldContainerMemory) {
 		return
 	}
 	m.procs = m.procs[:0]
 	clear(m.pids)
 	for _, md := range in.devs {
 		procs, ret := md.GetComputeRunningProcesses()
-		if !r.ok(ret, fContainerMemory) {
+		if !r.ok(ret, FieldContainerMemory) {
 			return
 		}
 		if b.syms.mps {
@@ -325,7 +325,7 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 				procs = append(procs, more...)
 			case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_NO_PERMISSION:
 			default:
-				r.ok(ret, fContainerMemory)
+				r.ok(ret, FieldContainerMemory)
 			}
 		}
 		for _, p := range procs {
@@ -336,11 +336,11 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 			m.procs = append(m.procs, p)
 		}
 	}
-	r.s.set.add(fContainerMemory)
-	r.s.unsupported.add(fContainerSM)
+	r.s.set.add(FieldContainerMemory)
+	r.s.unsupported.add(FieldContainerSM)
 	cs, orphans, unresolved := b.grouper.group(m.procs, nil)
 	if unresolved > 0 && len(cs) == 0 {
-		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[fContainerMemory].name,
+		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d processes of GPU instance %d (is gpuscope outside the host pid namespace?)", unresolved, in.id)})
 	}
 	r.s.containers, r.s.orphans = cs, orphans
@@ -350,7 +350,7 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 // nvmlGpmMigSampleGet on the parent: like the GPU's, from two samples one
 // interval apart, so the first cycle has none.
 func (b *nvmlBackend) readInstanceGPM(r *reader, g *nvmlGPU, in *nvmlInstance) {
-	if !b.fields.has(fProfGrEngineActive) {
+	if !b.fields.has(FieldProfGrEngineActive) {
 		return
 	}
 	m := g.mig

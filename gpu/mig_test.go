@@ -208,6 +208,16 @@ func instance(id, profile string) map[string]string {
 }
 
 // wholeGPU selects GPU i's series without instance labels.
+func TestDCGMProfileName(t *testing.T) {
+	// An H100's 3g.40gb and 2g.20gb, as gpu/sim's mig scenario has them.
+	require.Equal(t, "3g.40gb", dcgmProfileName(3, 40192))
+	require.Equal(t, "2g.20gb", dcgmProfileName(2, 19968))
+	// DCGM rounds the memory up, so an A100 80GB's whole-GPU instance
+	// (81050 MiB) is 7g.80gb, not 7g.79gb (dcgm-exporter #713).
+	require.Equal(t, "7g.80gb", dcgmProfileName(7, 81050))
+	require.Equal(t, "1g.10gb", dcgmProfileName(1, 9856))
+}
+
 func wholeGPU(i string) map[string]string {
 	return map[string]string{"gpu": i, "GPU_I_ID": "", "GPU_I_PROFILE": ""}
 }

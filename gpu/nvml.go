@@ -65,7 +65,7 @@ type nvmlBackend struct {
 // nvmlGPU is one device and the state its reads carry between cycles.
 type nvmlGPU struct {
 	dev   nvml.Device
-	info  *gpuInfo
+	info  *Identity
 	label string // gpu label value, for errors
 
 	fieldValues []nvml.FieldValue // reused request for GetFieldValues
@@ -90,7 +90,7 @@ type nvmlGPU struct {
 	busy atomic.Bool
 	// last is the GPU's last complete sample, served while a read hangs
 	// until it is older than the backend's stale; lastAt is its time.
-	last   *gpuSample
+	last   *GPUSample
 	lastAt time.Time
 }
 
@@ -101,7 +101,7 @@ type xidState struct {
 	counts map[uint64]uint64
 }
 
-func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bool) *nvmlBackend {
+func newNVMLBackend(lib nvml.Interface, o *Options, env *BackendEnv) *nvmlBackend {
 	timeout := time.Duration(o.Config.Timeout)
 	if timeout <= 0 {
 		timeout = o.Interval
@@ -117,17 +117,17 @@ func newNVMLBackend(lib nvml.Interface, o *Options, fields fieldSet, withHost bo
 		interval:    o.Interval,
 		devices:     o.NVIDIADevices,
 		procRoot:    o.ProcRoot,
-		hostname:    o.Hostname,
-		withHost:    withHost,
-		fields:      fields,
+		hostname:    env.hostname,
+		withHost:    env.withHost,
+		fields:      env.fields,
 		eventWait:   defaultEventWait,
-		grouper:     newContainerGrouper(o.ProcRoot, newContainerNamer(o.ContainerLookup, o.Workloads)),
+		grouper:     env.grouper,
 	}
 }
 
-func (b *nvmlBackend) name() string { return BackendNVML }
+func (b *nvmlBackend) Name() string { return BackendNVML }
 
-func (b *nvmlBackend) open(ctx context.Context) (err error) {
+func (b *nvmlBackend) Open(ctx context.Context) (err error) {
 	if ret := b.lib.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			if dev := b.nvidiaDevice(); dev != "" {
@@ -150,7 +150,7 @@ func (b *nvmlBackend) open(ctx context.Context) (err error) {
 	}
 	b.driver = driver
 	b.foreignPIDNS = foreignPIDNamespace(b.procRoot)
-	if b.foreignPIDNS && b.fields.has(fContainerMemory) {
+	if b.foreignPIDNS && b.fields.has(FieldContainerMemory) {
 		b.logger.Warn("gpuscope is not in the host's pid namespace; per-container GPU metrics are off (run it with the host's pid namespace, e.g. docker --pid host)",
 			"pid_namespace", filepath.Join(b.procRoot, "self/ns/pid"))
 	}
@@ -335,12 +335,12 @@ func (b *nvmlBackend) openGPU(i int, driver string) (*nvmlGPU, error) {
 	}
 	g := &nvmlGPU{
 		dev:   dev,
-		info:  newGPUInfo(i, uuid, pciBusID(pci), name, driver, b.hostname, b.withHost),
+		info:  newIdentity(i, uuid, pciBusID(pci), name, driver, b.hostname, b.withHost),
 		label: strconv.Itoa(i),
 		xid:   xid,
 	}
 	g.fieldValues, g.fieldMap = fieldValueRequest(b.fields)
-	if b.fields.has(fProfGrEngineActive) && b.syms.gpm {
+	if b.fields.has(FieldProfGrEngineActive) && b.syms.gpm {
 		g.gpm = b.openGPM(dev)
 	}
 	return g, nil
@@ -376,19 +376,19 @@ func (e errReadHung) Error() string {
 // gpuRead is one GPU's outcome in a cycle.
 type gpuRead struct {
 	i        int
-	gs       gpuSample
+	gs       GPUSample
 	errs     []fieldError
 	answered bool
 	gone     nvml.Return
 }
 
-// sample reads the GPUs side by side, each within readTimeout, so that one
+// Sample reads the GPUs side by side, each within readTimeout, so that one
 // hung NVML call stalls neither the other GPUs nor shutdown. A GPU whose
 // read does not finish is counted as a device error, and served from its
 // last complete sample until that is older than stale; then only its XID
 // series and last-sample time are.
-func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
-	s := &sample{time: now}
+func (b *nvmlBackend) Sample(ctx context.Context, now time.Time) *Sample {
+	s := &Sample{time: now}
 	if err := b.refresh(ctx); err != nil {
 		s.errs = append(s.errs, fieldError{field: "driver", err: err})
 		if driverGoneErr(err) {
@@ -396,7 +396,6 @@ func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
 		}
 	}
 	gpus := b.gpus
-	b.grouper.beginCycle()
 	results := make(chan gpuRead, len(gpus))
 	done := make([]*gpuRead, len(gpus))
 	running := 0
@@ -406,7 +405,7 @@ func (b *nvmlBackend) sample(ctx context.Context, now time.Time) *sample {
 		}
 		running++
 		go func() {
-			res := gpuRead{i: i, gs: gpuSample{info: g.info}}
+			res := gpuRead{i: i, gs: GPUSample{info: g.info}}
 			res.answered, res.gone = b.readGPU(g, &res.gs, &res.errs, now)
 			g.busy.Store(false) // before the send: the next cycle may start at once
 			results <- res
@@ -426,9 +425,8 @@ wait:
 		}
 	}
 	timer.Stop()
-	b.grouper.endCycle()
 
-	s.gpus = make([]gpuSample, len(gpus))
+	s.gpus = make([]GPUSample, len(gpus))
 	for i, g := range gpus {
 		res := done[i]
 		if res == nil {
@@ -471,12 +469,12 @@ wait:
 
 // staleSample is what is served for a GPU whose read is hung: its last
 // complete sample while that is recent enough, else its XID series only.
-func (b *nvmlBackend) staleSample(g *nvmlGPU, now time.Time) gpuSample {
+func (b *nvmlBackend) staleSample(g *nvmlGPU, now time.Time) GPUSample {
 	if g.last != nil && now.Sub(g.lastAt) <= b.stale {
 		gs := *g.last
 		return gs
 	}
-	gs := gpuSample{info: g.info, at: g.lastAt}
+	gs := GPUSample{info: g.info, at: g.lastAt}
 	var errs []fieldError
 	b.readXID(&reader{s: &gs, errs: &errs, gpu: g.label}, g)
 	return gs
@@ -500,7 +498,7 @@ func driverGoneErr(err error) bool {
 	return errors.As(err, &ret) && driverGone(ret)
 }
 
-func (b *nvmlBackend) close() error { return b.shutdown() }
+func (b *nvmlBackend) Close() error { return b.shutdown() }
 
 func (b *nvmlBackend) shutdown() error {
 	if !b.initialised {

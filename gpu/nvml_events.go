@@ -20,7 +20,7 @@ const defaultEventWait = 500 * time.Millisecond
 // cannot deliver XID events (NOT_SUPPORTED) has no such series.
 // DCGM_FI_DEV_XID_ERRORS is the last XID seen, 0 before any.
 func (b *nvmlBackend) registerEvents(ctx context.Context) {
-	if !b.fields.has(fXID) || len(b.gpus) == 0 {
+	if !b.fields.has(FieldXID) || len(b.gpus) == 0 {
 		return
 	}
 	pending := false
@@ -170,25 +170,25 @@ func (b *nvmlBackend) eventError(ret nvml.Return) {
 	b.eventErrMu.Lock()
 	defer b.eventErrMu.Unlock()
 	if len(b.eventErrs) < 64 {
-		b.eventErrs = append(b.eventErrs, fieldError{field: fields[fXID].name, err: ret})
+		b.eventErrs = append(b.eventErrs, fieldError{field: fields[FieldXID].name, err: ret})
 	}
 }
 
 func (b *nvmlBackend) readXID(r *reader, g *nvmlGPU) {
-	if !b.fields.has(fXID) {
+	if !b.fields.has(FieldXID) {
 		return
 	}
 	if !g.xidRegistered {
 		if g.xidErr == nvml.SUCCESS || xidUnsupported(g.xidErr) {
-			r.s.unsupported.add(fXID)
+			r.s.unsupported.add(FieldXID)
 		} else {
-			*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[fXID].name, err: fmt.Errorf("register for XID events: %w", g.xidErr)})
+			*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldXID].name, err: fmt.Errorf("register for XID events: %w", g.xidErr)})
 		}
 		return
 	}
 	x := g.xid
 	x.mu.Lock()
-	r.s.setValue(fXID, float64(x.last))
+	r.s.Set(FieldXID, float64(x.last))
 	if len(x.counts) > 0 {
 		r.s.xidCounts = make([]xidCount, 0, len(x.counts))
 		for code, n := range x.counts {

@@ -10,32 +10,32 @@ import (
 // scaling (DcgmFieldIdToNvmlGpmMetricId): utilisations come in percent and
 // DCGM publishes ratios; throughputs come in MiB/s and DCGM publishes B/s.
 var gpmMetrics = []gpmMetric{
-	{nvml.GPM_METRIC_GRAPHICS_UTIL, fProfGrEngineActive, 0.01, numFields},
-	{nvml.GPM_METRIC_SM_UTIL, fProfSMActive, 0.01, numFields},
-	{nvml.GPM_METRIC_SM_OCCUPANCY, fProfSMOccupancy, 0.01, numFields},
-	{nvml.GPM_METRIC_ANY_TENSOR_UTIL, fProfTensorActive, 0.01, numFields},
-	{nvml.GPM_METRIC_DRAM_BW_UTIL, fProfDRAMActive, 0.01, numFields},
-	{nvml.GPM_METRIC_PCIE_TX_PER_SEC, fProfPCIeTxBytes, 1 << 20, fPCIeTxRate},
-	{nvml.GPM_METRIC_PCIE_RX_PER_SEC, fProfPCIeRxBytes, 1 << 20, fPCIeRxRate},
-	{nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, fProfNVLinkTxBytes, 1 << 20, numFields},
-	{nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, fProfNVLinkRxBytes, 1 << 20, numFields},
+	{nvml.GPM_METRIC_GRAPHICS_UTIL, FieldProfGrEngineActive, 0.01, numFields},
+	{nvml.GPM_METRIC_SM_UTIL, FieldProfSMActive, 0.01, numFields},
+	{nvml.GPM_METRIC_SM_OCCUPANCY, FieldProfSMOccupancy, 0.01, numFields},
+	{nvml.GPM_METRIC_ANY_TENSOR_UTIL, FieldProfTensorActive, 0.01, numFields},
+	{nvml.GPM_METRIC_DRAM_BW_UTIL, FieldProfDRAMActive, 0.01, numFields},
+	{nvml.GPM_METRIC_PCIE_TX_PER_SEC, FieldProfPCIeTxBytes, 1 << 20, FieldPCIeTxRate},
+	{nvml.GPM_METRIC_PCIE_RX_PER_SEC, FieldProfPCIeRxBytes, 1 << 20, FieldPCIeRxRate},
+	{nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, FieldProfNVLinkTxBytes, 1 << 20, numFields},
+	{nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, FieldProfNVLinkRxBytes, 1 << 20, numFields},
 }
 
 // gpmMetric is one NVML GPM metric and the DCGM field it fills.
 type gpmMetric struct {
 	id    nvml.GpmMetricId
-	field fieldID
+	field Field
 	scale float64
 	// pcie, unless numFields, also gets the value: gpuscope's PCIe rate
 	// metric, sparing the 20 ms GetPcieThroughput call on GPUs with GPM.
-	pcie fieldID
+	pcie Field
 }
 
 var gpmFields = gpmFieldsOf(gpmMetrics)
 
 // gpmFieldsOf lists the DCGM fields that metrics fill, in their order.
-func gpmFieldsOf(metrics []gpmMetric) []fieldID {
-	fs := make([]fieldID, len(metrics))
+func gpmFieldsOf(metrics []gpmMetric) []Field {
+	fs := make([]Field, len(metrics))
 	for i, m := range metrics {
 		fs[i] = m.field
 	}
@@ -82,7 +82,7 @@ func (g *gpmState) free() {
 }
 
 func (b *nvmlBackend) readGPM(r *reader, g *nvmlGPU) {
-	if !b.fields.has(fProfGrEngineActive) {
+	if !b.fields.has(FieldProfGrEngineActive) {
 		return
 	}
 	st := g.gpm
@@ -99,7 +99,7 @@ func (b *nvmlBackend) readGPM(r *reader, g *nvmlGPU) {
 // buffers and, from the second cycle on, sets the fields of metrics from
 // it and the previous cycle's sample: GPM metrics are rates between two
 // samples, so the first cycle has none.
-func (b *nvmlBackend) readGPMSample(r *reader, st *gpmState, take func(nvml.GpmSample) nvml.Return, metrics []gpmMetric, fs []fieldID) {
+func (b *nvmlBackend) readGPMSample(r *reader, st *gpmState, take func(nvml.GpmSample) nvml.Return, metrics []gpmMetric, fs []Field) {
 	cur := st.samples[st.cur]
 	if !r.ok(take(cur), fs...) {
 		st.primed = false
@@ -123,9 +123,9 @@ func (b *nvmlBackend) readGPMSample(r *reader, st *gpmState, take func(nvml.GpmS
 				if math.IsNaN(v) || math.IsInf(v, 0) {
 					continue // blank, as DCGM leaves a NaN (DcgmGpmManager)
 				}
-				r.s.setValue(m.field, v)
+				r.s.Set(m.field, v)
 				if m.pcie != numFields {
-					r.s.setValue(m.pcie, v)
+					r.s.Set(m.pcie, v)
 				}
 			}
 		}

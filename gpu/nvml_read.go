@@ -11,7 +11,7 @@ import (
 
 // reader records the outcome of the NVML calls for one GPU in one cycle.
 type reader struct {
-	s    *gpuSample
+	s    *GPUSample
 	errs *[]fieldError
 	gpu  string
 	// lost is set once the GPU is gone (fallen off the bus) or the driver
@@ -35,7 +35,7 @@ func driverGone(ret nvml.Return) bool {
 // ok reports whether a call that feeds fields fs succeeded. Unsupported
 // calls mark the fields unsupported (their series are omitted, as DCGM
 // does); any other failure is counted once per field.
-func (r *reader) ok(ret nvml.Return, fs ...fieldID) bool {
+func (r *reader) ok(ret nvml.Return, fs ...Field) bool {
 	switch ret {
 	case nvml.SUCCESS:
 		return true
@@ -81,9 +81,11 @@ const bytesPerMiB = 1 << 20
 // mib converts bytes to MiB with the integer truncation DCGM applies.
 func mib(b uint64) float64 { return float64(b / bytesPerMiB) }
 
-// readGPU reads one GPU into s. answered says whether the device answered
-// at all; gone is the error of a driver that went away (see driverGone).
-func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now time.Time) (answered bool, gone nvml.Return) {
+// readGPU reads one GPU into s, phase by phase in a fixed order; a GPU
+// found lost (or a driver found gone) is read no further. answered says
+// whether the device answered at all; gone is the error of a driver that
+// went away (see driverGone).
+func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now time.Time) (answered bool, gone nvml.Return) {
 	r := reader{s: s, errs: errs, gpu: g.label}
 	defer func() {
 		// A misbehaving driver binding must cost one GPU's sample, not the process.
@@ -92,155 +94,209 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *gpuSample, errs *[]fieldError, now 
 			answered = false
 		}
 	}()
-	d := g.dev
-	steps := [...]func(){
+	r.steps(
 		func() { b.readMIG(&r, g) }, // first: whether the GPU is in MIG mode
-		func() {
-			v, ret := d.GetClockInfo(nvml.CLOCK_SM)
-			if r.ok(ret, fSMClock) {
-				s.setValue(fSMClock, float64(v))
+		func() { b.readClocks(&r, g) },
+		func() { b.readThermalAndPower(&r, g) },
+		func() { b.readPCIeReplays(&r, g) },
+		func() { b.readUtilization(&r, g) },
+		func() { b.readFramebuffer(&r, g) },
+		func() { b.readRemappedRows(&r, g) },
+		func() { b.readVGPULicense(&r, g) },
+		func() { b.readFieldValues(&r, g, now) },
+		func() { b.readGPM(&r, g) },
+		func() { b.readPCIe(&r, g) },
+		func() { b.readClockEvents(&r, g) },
+		func() { b.readRetiredSBE(&r, g) },
+		func() { b.readXID(&r, g) },
+		func() { b.readGPUProcesses(&r, g, now) },
+		func() { g.mig.finish(s) }, // last
+	)
+	if r.lost {
+		// Nothing read from a lost GPU in this cycle is served: its
+		// series go stale until it answers again. Its XIDs stay: they
+		// come from the event loop, not the device, and XID 79 (fallen
+		// off the bus) is exactly what a lost GPU last reported.
+		*s = GPUSample{info: g.info}
+		b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
+		return false, r.gone
+	}
+	// XIDs come from the event loop: they do not show the device answered.
+	const xid = fieldSet(1) << FieldXID
+	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
+}
+
+// steps runs the reads fs in order until the GPU is found lost: reading
+// the rest would only repeat the error, and a lost GPU's calls can be
+// slow.
+func (r *reader) steps(fs ...func()) {
+	for _, f := range fs {
+		f()
+		if r.lost {
+			return
+		}
+	}
+}
+
+// readClocks reads the SM and memory clocks.
+func (b *nvmlBackend) readClocks(r *reader, g *nvmlGPU) {
+	clock := func(c nvml.ClockType, f Field) func() {
+		return func() {
+			if v, ret := g.dev.GetClockInfo(c); r.ok(ret, f) {
+				r.s.Set(f, float64(v))
 			}
-		},
-		func() {
-			v, ret := d.GetClockInfo(nvml.CLOCK_MEM)
-			if r.ok(ret, fMemClock) {
-				s.setValue(fMemClock, float64(v))
-			}
-		},
+		}
+	}
+	r.steps(clock(nvml.CLOCK_SM, FieldSMClock), clock(nvml.CLOCK_MEM, FieldMemClock))
+}
+
+// readThermalAndPower reads the GPU temperature, the power draw and the
+// energy counter.
+func (b *nvmlBackend) readThermalAndPower(r *reader, g *nvmlGPU) {
+	d, s := g.dev, r.s
+	r.steps(
 		func() {
 			v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU)
 			// DCGM treats readings above 200 °C as blank.
-			if r.ok(ret, fGPUTemp) && v <= 200 {
-				s.setValue(fGPUTemp, float64(v))
+			if r.ok(ret, FieldGPUTemp) && v <= 200 {
+				s.Set(FieldGPUTemp, float64(v))
 			}
 		},
 		func() {
 			v, ret := d.GetPowerUsage()
-			if r.ok(ret, fPowerUsage) {
-				s.setValue(fPowerUsage, float64(v)/1000.0)
+			if r.ok(ret, FieldPowerUsage) {
+				s.Set(FieldPowerUsage, float64(v)/1000.0)
 			}
 		},
 		func() {
 			if !b.syms.energy {
-				s.unsupported.add(fEnergy)
+				s.unsupported.add(FieldEnergy)
 				return
 			}
 			v, ret := d.GetTotalEnergyConsumption()
-			if r.ok(ret, fEnergy) {
-				s.setValue(fEnergy, float64(v))
+			if r.ok(ret, FieldEnergy) {
+				s.Set(FieldEnergy, float64(v))
 			}
 		},
-		func() {
-			if !b.syms.pcieReplay {
-				s.unsupported.add(fPCIeReplay)
-				return
-			}
-			v, ret := d.GetPcieReplayCounter()
-			if r.ok(ret, fPCIeReplay) {
-				s.setValue(fPCIeReplay, float64(v))
-			}
-		},
+	)
+}
+
+// readPCIeReplays reads the PCIe replay counter.
+func (b *nvmlBackend) readPCIeReplays(r *reader, g *nvmlGPU) {
+	if !b.syms.pcieReplay {
+		r.s.unsupported.add(FieldPCIeReplay)
+		return
+	}
+	v, ret := g.dev.GetPcieReplayCounter()
+	if r.ok(ret, FieldPCIeReplay) {
+		r.s.Set(FieldPCIeReplay, float64(v))
+	}
+}
+
+// readUtilization reads the GPU and memory-copy utilisation and the
+// encoder's and decoder's.
+func (b *nvmlBackend) readUtilization(r *reader, g *nvmlGPU) {
+	d, s := g.dev, r.s
+	r.steps(
 		func() {
 			u, ret := d.GetUtilizationRates()
-			if r.ok(ret, fGPUUtil, fMemCopyUtil) {
-				s.setValue(fGPUUtil, float64(u.Gpu))
-				s.setValue(fMemCopyUtil, float64(u.Memory))
+			if r.ok(ret, FieldGPUUtil, FieldMemCopyUtil) {
+				s.Set(FieldGPUUtil, float64(u.Gpu))
+				s.Set(FieldMemCopyUtil, float64(u.Memory))
 			}
 		},
 		func() {
 			v, _, ret := d.GetEncoderUtilization()
-			if r.ok(ret, fEncUtil) {
-				s.setValue(fEncUtil, float64(v))
+			if r.ok(ret, FieldEncUtil) {
+				s.Set(FieldEncUtil, float64(v))
 			}
 		},
 		func() {
 			v, _, ret := d.GetDecoderUtilization()
-			if r.ok(ret, fDecUtil) {
-				s.setValue(fDecUtil, float64(v))
+			if r.ok(ret, FieldDecUtil) {
+				s.Set(FieldDecUtil, float64(v))
 			}
 		},
-		func() {
-			if !g.mig.enabled() { // in MIG mode, per GPU instance
-				readMemory(&r, d, b.syms.memoryV2)
-			}
-		},
-		func() {
-			if !b.syms.remappedRows {
-				s.unsupported.add(fCorRemappedRows)
-				s.unsupported.add(fUncRemappedRows)
-				s.unsupported.add(fRowRemapFailure)
-				return
-			}
-			corr, unc, _, failed, ret := d.GetRemappedRows()
-			if r.ok(ret, fCorRemappedRows, fUncRemappedRows, fRowRemapFailure) {
-				s.setValue(fCorRemappedRows, float64(corr))
-				s.setValue(fUncRemappedRows, float64(unc))
-				s.setValue(fRowRemapFailure, boolValue(failed))
-			}
-		},
-		func() {
-			if !b.syms.gridLicense {
-				s.unsupported.add(fVGPULicense)
-				return
-			}
-			lf, ret := d.GetGridLicensableFeatures()
-			if r.ok(ret, fVGPULicense) {
-				s.setValue(fVGPULicense, vgpuLicensed(lf))
-			}
-		},
-		func() { b.readFieldValues(&r, g, now) },
-		func() { b.readGPM(&r, g) },
-		func() { b.readPCIe(&r, g) },
-		func() {
-			if !b.fields.has(fClockEvents) {
-				return
-			}
-			var v uint64
-			ret := nvml.ERROR_FUNCTION_NOT_FOUND
-			switch {
-			case b.syms.clocksEvent:
-				v, ret = d.GetCurrentClocksEventReasons()
-			case b.syms.clocksThrottle:
-				// Drivers before R535 name the same bits throttle reasons.
-				v, ret = d.GetCurrentClocksThrottleReasons()
-			}
-			if r.ok(ret, fClockEvents) {
-				s.clockEvents = v
-				s.set.add(fClockEvents)
-			}
-		},
-		func() {
-			if !b.fields.has(fRetiredSBE) {
-				return
-			}
-			pages, ret := d.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-			if r.ok(ret, fRetiredSBE) {
-				s.setValue(fRetiredSBE, float64(len(pages)))
-			}
-		},
-		func() { b.readXID(&r, g) },
-		func() {
-			if !g.mig.enabled() { // in MIG mode, per GPU instance
-				b.readProcesses(&r, g, now)
-			}
-		},
-		func() { g.mig.finish(s) }, // last
+	)
+}
+
+// readFramebuffer reads the GPU's memory; in MIG mode it is read per GPU
+// instance instead (readMIG).
+func (b *nvmlBackend) readFramebuffer(r *reader, g *nvmlGPU) {
+	if !g.mig.enabled() {
+		readMemory(r, g.dev, b.syms.memoryV2)
 	}
-	for _, step := range steps {
-		step()
-		if r.lost {
-			// Nothing read from a lost GPU in this cycle is served: its
-			// series go stale until it answers again. Its XIDs stay: they
-			// come from the event loop, not the device, and XID 79 (fallen
-			// off the bus) is exactly what a lost GPU last reported.
-			*s = gpuSample{info: g.info}
-			b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
-			return false, r.gone
-		}
+}
+
+// readRemappedRows reads the rows remapped for memory errors and whether
+// remapping failed.
+func (b *nvmlBackend) readRemappedRows(r *reader, g *nvmlGPU) {
+	if !b.syms.remappedRows {
+		r.s.unsupported.add(FieldCorRemappedRows)
+		r.s.unsupported.add(FieldUncRemappedRows)
+		r.s.unsupported.add(FieldRowRemapFailure)
+		return
 	}
-	// XIDs come from the event loop: they do not show the device answered.
-	const xid = fieldSet(1) << fXID
-	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
+	corr, unc, _, failed, ret := g.dev.GetRemappedRows()
+	if r.ok(ret, FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure) {
+		r.s.Set(FieldCorRemappedRows, float64(corr))
+		r.s.Set(FieldUncRemappedRows, float64(unc))
+		r.s.Set(FieldRowRemapFailure, boolValue(failed))
+	}
+}
+
+// readVGPULicense reads whether the vGPU feature is licensed.
+func (b *nvmlBackend) readVGPULicense(r *reader, g *nvmlGPU) {
+	if !b.syms.gridLicense {
+		r.s.unsupported.add(FieldVGPULicense)
+		return
+	}
+	lf, ret := g.dev.GetGridLicensableFeatures()
+	if r.ok(ret, FieldVGPULicense) {
+		r.s.Set(FieldVGPULicense, vgpuLicensed(lf))
+	}
+}
+
+// readClockEvents reads, with its family on, why the clocks are held
+// down.
+func (b *nvmlBackend) readClockEvents(r *reader, g *nvmlGPU) {
+	if !b.fields.has(FieldClockEvents) {
+		return
+	}
+	var v uint64
+	ret := nvml.ERROR_FUNCTION_NOT_FOUND
+	switch {
+	case b.syms.clocksEvent:
+		v, ret = g.dev.GetCurrentClocksEventReasons()
+	case b.syms.clocksThrottle:
+		// Drivers before R535 name the same bits throttle reasons.
+		v, ret = g.dev.GetCurrentClocksThrottleReasons()
+	}
+	if r.ok(ret, FieldClockEvents) {
+		r.s.clockEvents = v
+		r.s.set.add(FieldClockEvents)
+	}
+}
+
+// readRetiredSBE reads, with its family on, the pages retired for
+// single-bit ECC errors; the double-bit and pending counts are field
+// values.
+func (b *nvmlBackend) readRetiredSBE(r *reader, g *nvmlGPU) {
+	if !b.fields.has(FieldRetiredSBE) {
+		return
+	}
+	pages, ret := g.dev.GetRetiredPages(nvml.PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+	if r.ok(ret, FieldRetiredSBE) {
+		r.s.Set(FieldRetiredSBE, float64(len(pages)))
+	}
+}
+
+// readGPUProcesses reads the GPU's processes; in MIG mode they are read
+// per GPU instance instead (readMIG).
+func (b *nvmlBackend) readGPUProcesses(r *reader, g *nvmlGPU, now time.Time) {
+	if !g.mig.enabled() {
+		b.readProcesses(r, g, now)
+	}
 }
 
 // readMemory uses the v2 memory info, which splits the reserved part out of
@@ -252,19 +308,19 @@ func readMemory(r *reader, d nvml.Device, haveV2 bool) {
 	}
 	if ret == nvml.ERROR_FUNCTION_NOT_FOUND || ret == nvml.ERROR_NOT_SUPPORTED {
 		m1, ret1 := d.GetMemoryInfo()
-		if r.ok(ret1, fFBFree, fFBUsed, fFBTotal) {
-			r.s.setValue(fFBFree, mib(m1.Free))
-			r.s.setValue(fFBUsed, mib(m1.Used))
-			r.s.setValue(fFBTotal, mib(m1.Total))
-			r.s.unsupported.add(fFBReserved)
+		if r.ok(ret1, FieldFBFree, FieldFBUsed, FieldFBTotal) {
+			r.s.Set(FieldFBFree, mib(m1.Free))
+			r.s.Set(FieldFBUsed, mib(m1.Used))
+			r.s.Set(FieldFBTotal, mib(m1.Total))
+			r.s.unsupported.add(FieldFBReserved)
 		}
 		return
 	}
-	if r.ok(ret, fFBFree, fFBUsed, fFBReserved, fFBTotal) {
-		r.s.setValue(fFBFree, mib(m.Free))
-		r.s.setValue(fFBUsed, mib(m.Used))
-		r.s.setValue(fFBReserved, mib(m.Reserved))
-		r.s.setValue(fFBTotal, mib(m.Total))
+	if r.ok(ret, FieldFBFree, FieldFBUsed, FieldFBReserved, FieldFBTotal) {
+		r.s.Set(FieldFBFree, mib(m.Free))
+		r.s.Set(FieldFBUsed, mib(m.Used))
+		r.s.Set(FieldFBReserved, mib(m.Reserved))
+		r.s.Set(FieldFBTotal, mib(m.Total))
 	}
 }
 
@@ -292,7 +348,7 @@ func vgpuLicensed(lf nvml.GridLicensableFeatures) float64 {
 
 // fieldValueSpec says what an entry of a GetFieldValues request feeds.
 type fieldValueSpec struct {
-	field fieldID
+	field Field
 	// asUint reads the value as an unsigned int whatever its type, which
 	// DCGM does for memory temperature to work around a driver bug.
 	asUint bool
@@ -314,25 +370,25 @@ func fieldValueRequest(enabled fieldSet) ([]nvml.FieldValue, []fieldValueSpec) {
 		req = append(req, nvml.FieldValue{FieldId: id, ScopeId: scope})
 		specs = append(specs, spec)
 	}
-	add(nvml.FI_DEV_MEMORY_TEMP, 0, fieldValueSpec{field: fMemoryTemp, asUint: true})
-	add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, allLinks, fieldValueSpec{field: fNVLinkBandwidth, nvlinkPart: true})
-	add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, allLinks, fieldValueSpec{field: fNVLinkBandwidth, nvlinkPart: true})
-	add(nvml.FI_DEV_PERF_POLICY_POWER, 0, fieldValueSpec{field: fPowerViolation})
-	add(nvml.FI_DEV_PERF_POLICY_THERMAL, 0, fieldValueSpec{field: fThermalViolation})
-	add(nvml.FI_DEV_PERF_POLICY_SYNC_BOOST, 0, fieldValueSpec{field: fSyncBoostViolation})
-	add(nvml.FI_DEV_PERF_POLICY_BOARD_LIMIT, 0, fieldValueSpec{field: fBoardLimitViolation})
-	add(nvml.FI_DEV_PERF_POLICY_LOW_UTILIZATION, 0, fieldValueSpec{field: fLowUtilViolation})
-	add(nvml.FI_DEV_PERF_POLICY_RELIABILITY, 0, fieldValueSpec{field: fReliabilityViolation})
-	add(nvml.FI_DEV_ECC_SBE_VOL_TOTAL, 0, fieldValueSpec{field: fECCSBEVolTotal})
-	add(nvml.FI_DEV_ECC_DBE_VOL_TOTAL, 0, fieldValueSpec{field: fECCDBEVolTotal})
-	add(nvml.FI_DEV_ECC_SBE_AGG_TOTAL, 0, fieldValueSpec{field: fECCSBEAggTotal})
-	add(nvml.FI_DEV_ECC_DBE_AGG_TOTAL, 0, fieldValueSpec{field: fECCDBEAggTotal})
-	add(nvml.FI_DEV_RETIRED_DBE, 0, fieldValueSpec{field: fRetiredDBE})
-	add(nvml.FI_DEV_RETIRED_PENDING, 0, fieldValueSpec{field: fRetiredPending})
-	add(nvml.FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkCRCFlitErrors})
-	add(nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkCRCDataErrors})
-	add(nvml.FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkReplayErrors})
-	add(nvml.FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: fNVLinkRecoveryErrors})
+	add(nvml.FI_DEV_MEMORY_TEMP, 0, fieldValueSpec{field: FieldMemoryTemp, asUint: true})
+	add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, allLinks, fieldValueSpec{field: FieldNVLinkBandwidth, nvlinkPart: true})
+	add(nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, allLinks, fieldValueSpec{field: FieldNVLinkBandwidth, nvlinkPart: true})
+	add(nvml.FI_DEV_PERF_POLICY_POWER, 0, fieldValueSpec{field: FieldPowerViolation})
+	add(nvml.FI_DEV_PERF_POLICY_THERMAL, 0, fieldValueSpec{field: FieldThermalViolation})
+	add(nvml.FI_DEV_PERF_POLICY_SYNC_BOOST, 0, fieldValueSpec{field: FieldSyncBoostViolation})
+	add(nvml.FI_DEV_PERF_POLICY_BOARD_LIMIT, 0, fieldValueSpec{field: FieldBoardLimitViolation})
+	add(nvml.FI_DEV_PERF_POLICY_LOW_UTILIZATION, 0, fieldValueSpec{field: FieldLowUtilViolation})
+	add(nvml.FI_DEV_PERF_POLICY_RELIABILITY, 0, fieldValueSpec{field: FieldReliabilityViolation})
+	add(nvml.FI_DEV_ECC_SBE_VOL_TOTAL, 0, fieldValueSpec{field: FieldECCSBEVolTotal})
+	add(nvml.FI_DEV_ECC_DBE_VOL_TOTAL, 0, fieldValueSpec{field: FieldECCDBEVolTotal})
+	add(nvml.FI_DEV_ECC_SBE_AGG_TOTAL, 0, fieldValueSpec{field: FieldECCSBEAggTotal})
+	add(nvml.FI_DEV_ECC_DBE_AGG_TOTAL, 0, fieldValueSpec{field: FieldECCDBEAggTotal})
+	add(nvml.FI_DEV_RETIRED_DBE, 0, fieldValueSpec{field: FieldRetiredDBE})
+	add(nvml.FI_DEV_RETIRED_PENDING, 0, fieldValueSpec{field: FieldRetiredPending})
+	add(nvml.FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: FieldNVLinkCRCFlitErrors})
+	add(nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: FieldNVLinkCRCDataErrors})
+	add(nvml.FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: FieldNVLinkReplayErrors})
+	add(nvml.FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, 0, fieldValueSpec{field: FieldNVLinkRecoveryErrors})
 	return req, specs
 }
 
@@ -387,12 +443,12 @@ func (b *nvmlBackend) readFieldValues(r *reader, g *nvmlGPU, now time.Time) {
 			continue
 		}
 		v, ok := fieldValueFloat(fv, spec.asUint)
-		if !ok || (spec.field == fMemoryTemp && v > 200) {
+		if !ok || (spec.field == FieldMemoryTemp && v > 200) {
 			continue // blank, as DCGM leaves it
 		}
-		r.s.setValue(spec.field, v)
+		r.s.Set(spec.field, v)
 	}
-	if !sawNVLink || !r.ok(nvlinkRet, fNVLinkBandwidth) {
+	if !sawNVLink || !r.ok(nvlinkRet, FieldNVLinkBandwidth) {
 		g.nvlinkPrimed = false
 		return
 	}
@@ -408,7 +464,7 @@ func (b *nvmlBackend) readFieldValues(r *reader, g *nvmlGPU, now time.Time) {
 		}
 	}
 	g.nvlinkPrevKiB, g.nvlinkPrevAt, g.nvlinkPrimed = nvlinkKiB, nvlinkAt, true
-	r.s.setValue(fNVLinkBandwidth, rate)
+	r.s.Set(FieldNVLinkBandwidth, rate)
 }
 
 // fieldValueFloat decodes a field value. It reports false for types it
@@ -439,25 +495,25 @@ func fieldValueFloat(fv *nvml.FieldValue, asUint bool) (float64, bool) {
 // average, NVML's PCIe throughput (a 20 ms sample in KB/s, KB = 1024 bytes).
 func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 	d := g.dev
-	if gen, ret := d.GetCurrPcieLinkGeneration(); r.ok(ret, fPCIeLinkGen) {
-		r.s.setValue(fPCIeLinkGen, float64(gen))
+	if gen, ret := d.GetCurrPcieLinkGeneration(); r.ok(ret, FieldPCIeLinkGen) {
+		r.s.Set(FieldPCIeLinkGen, float64(gen))
 	}
-	if w, ret := d.GetCurrPcieLinkWidth(); r.ok(ret, fPCIeLinkWidth) {
-		r.s.setValue(fPCIeLinkWidth, float64(w))
+	if w, ret := d.GetCurrPcieLinkWidth(); r.ok(ret, FieldPCIeLinkWidth) {
+		r.s.Set(FieldPCIeLinkWidth, float64(w))
 	}
 	maxGen, ret := d.GetMaxPcieLinkGeneration()
-	genOK := r.ok(ret, fPCIeLinkMaxGen, fPCIeMaxBandwidth)
+	genOK := r.ok(ret, FieldPCIeLinkMaxGen, FieldPCIeMaxBandwidth)
 	if genOK {
-		r.s.setValue(fPCIeLinkMaxGen, float64(maxGen))
+		r.s.Set(FieldPCIeLinkMaxGen, float64(maxGen))
 	}
 	maxWidth, ret := d.GetMaxPcieLinkWidth()
-	widthOK := r.ok(ret, fPCIeLinkMaxWidth, fPCIeMaxBandwidth)
+	widthOK := r.ok(ret, FieldPCIeLinkMaxWidth, FieldPCIeMaxBandwidth)
 	if widthOK {
-		r.s.setValue(fPCIeLinkMaxWidth, float64(maxWidth))
+		r.s.Set(FieldPCIeLinkMaxWidth, float64(maxWidth))
 	}
 	if genOK && widthOK {
-		if bw := pcieMaxBandwidth(maxGen, maxWidth); bw > 0 {
-			r.s.setValue(fPCIeMaxBandwidth, bw)
+		if bw := PCIeMaxBandwidth(maxGen, maxWidth); bw > 0 {
+			r.s.Set(FieldPCIeMaxBandwidth, bw)
 		}
 	}
 	if r.lost {
@@ -465,8 +521,8 @@ func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 	}
 	for _, x := range [...]struct {
 		counter nvml.PcieUtilCounter
-		field   fieldID
-	}{{nvml.PCIE_UTIL_TX_BYTES, fPCIeTxRate}, {nvml.PCIE_UTIL_RX_BYTES, fPCIeRxRate}} {
+		field   Field
+	}{{nvml.PCIE_UTIL_TX_BYTES, FieldPCIeTxRate}, {nvml.PCIE_UTIL_RX_BYTES, FieldPCIeRxRate}} {
 		if r.s.set.has(x.field) {
 			continue
 		}
@@ -475,7 +531,7 @@ func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 			continue
 		}
 		if v, ret := d.GetPcieThroughput(x.counter); r.ok(ret, x.field) {
-			r.s.setValue(x.field, float64(v)*1024)
+			r.s.Set(x.field, float64(v)*1024)
 		}
 	}
 }
@@ -484,16 +540,16 @@ func (b *nvmlBackend) readPCIe(r *reader, g *nvmlGPU) {
 // GPU (compute, and graphics and MPS clients where the driver lists them)
 // by container, with their SM utilisation since the previous cycle.
 func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
-	if !b.fields.has(fContainerMemory) {
+	if !b.fields.has(FieldContainerMemory) {
 		return
 	}
 	if b.foreignPIDNS {
-		r.s.unsupported.add(fContainerMemory)
-		r.s.unsupported.add(fContainerSM)
+		r.s.unsupported.add(FieldContainerMemory)
+		r.s.unsupported.add(FieldContainerSM)
 		return
 	}
 	procs, ret := g.dev.GetComputeRunningProcesses()
-	if !r.ok(ret, fContainerMemory) {
+	if !r.ok(ret, FieldContainerMemory) {
 		return
 	}
 	// Under MPS the compute list holds the MPS server; its clients are
@@ -518,10 +574,10 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 			*extra.unsupported = true
 		case nvml.ERROR_NO_PERMISSION:
 		default:
-			r.ok(ret, fContainerMemory)
+			r.ok(ret, FieldContainerMemory)
 		}
 	}
-	r.s.set.add(fContainerMemory)
+	r.s.set.add(FieldContainerMemory)
 	if g.lastProcessSeen == 0 {
 		// The first call would return the driver's whole sample buffer,
 		// processes that ended long ago included; start one interval back.
@@ -537,19 +593,19 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 		for _, u := range utils {
 			g.lastProcessSeen = max(g.lastProcessSeen, u.TimeStamp)
 		}
-		r.s.set.add(fContainerSM)
+		r.s.set.add(FieldContainerSM)
 	case ret == nvml.ERROR_NOT_FOUND, ret == nvml.ERROR_INSUFFICIENT_SIZE && len(utils) == 0:
 		// No process ran on the GPU since the last cycle (go-nvml turns
 		// a count of 0 into INSUFFICIENT_SIZE with no samples).
 		utils = nil
-		r.s.set.add(fContainerSM)
+		r.s.set.add(FieldContainerSM)
 	default:
 		utils = nil
-		r.ok(ret, fContainerSM)
+		r.ok(ret, FieldContainerSM)
 	}
 	cs, orphans, unresolved := b.grouper.group(procs, utils)
 	if unresolved > 0 && len(cs) == 0 {
-		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[fContainerMemory].name,
+		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d GPU processes (is gpuscope outside the host pid namespace?)", unresolved)})
 	}
 	r.s.containers, r.s.orphans = cs, orphans

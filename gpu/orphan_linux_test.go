@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/gpu/internal/gputest"
 )
 
 // TestOrphanedMemoryRealZombie: on the real /proc, a child that exited
@@ -32,7 +34,7 @@ func TestOrphanedMemoryRealZombie(t *testing.T) {
 	m.procs[0] = []nvml.ProcessInfo{
 		{Pid: uint32(os.Getpid()), UsedGpuMemory: 4 << 30},
 		{Pid: uint32(pid), UsedGpuMemory: 1 << 30},
-		{Pid: maxPID, UsedGpuMemory: 2 << 30},
+		{Pid: gputest.GonePID, UsedGpuMemory: 2 << 30},
 	}
 	clock := newFakeClock()
 	o := mockOptions(m, clock)

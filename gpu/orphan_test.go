@@ -9,6 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/gpu/internal/gputest"
 )
 
 func TestStatState(t *testing.T) {
@@ -193,42 +195,16 @@ func TestOrphanedMemoryMIG(t *testing.T) {
 	}
 }
 
-// TestSimHeldIdleAndOrphan: the held-idle scenario's job holds 10 GiB in
-// its container at about 1 % SM share; the orphan scenario's 6 GiB belong
-// to a process that is gone: no per-container series, and
-// gpuscope_gpu_orphaned_memory_bytes from the second cycle.
-func TestSimHeldIdleAndOrphan(t *testing.T) {
-	clock := newFakeClock()
-	o := simOptions(clock, SimGPU{Scenario: ScenarioHeldIdle}, SimGPU{Scenario: ScenarioOrphan})
-	// A /proc where init is visible, as gpuscope's own: without it
-	// (hidepid) no pid is taken for gone.
-	o.ProcRoot = t.TempDir()
-	writeProc(t, o.ProcRoot, 1, "0::/init.scope\n")
+// TestNVMLProcessVanished: a GPU process that the driver lists but that
+// is gone (gputest.ProcessVanished); gpu/sim checks a simulated GPU
+// process given a pid that does not exist is the same.
+func TestNVMLProcessVanished(t *testing.T) {
+	m := newMockMachine(t, 1)
+	m.procs[0] = []nvml.ProcessInfo{{Pid: gputest.GonePID, UsedGpuMemory: 1 << 30}}
+	o := mockOptions(m, newFakeClock())
+	o.ProcRoot = "/proc"
 	c, reg := testCollector(t, o)
-	gpu0, gpu1 := map[string]string{"gpu": "0"}, map[string]string{"gpu": "1"}
-	for i := range 20 {
-		c.collectOnce(bg)
-		clock.Advance(15 * time.Second)
-
-		held := gather(t, reg, "gpuscope_gpu_container_memory_used_bytes")
-		require.Len(t, held, 1, "the held-idle job only")
-		require.Equal(t, "0", held[0].labels["gpu"])
-		require.Equal(t, "/gpuscope-sim/gpu0", held[0].labels["id"])
-		require.Equal(t, float64(10<<30), held[0].value, "10 GiB")
-		require.LessOrEqual(t, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", gpu0), 3.0)
-		require.LessOrEqual(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", gpu0), 3.0)
-		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_memory_bytes", gpu0))
-
-		require.Equal(t, 6144.0, mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", gpu1))
-		want := 0.0
-		if i > 0 {
-			want = 1
-		}
-		require.Equal(t, want, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", gpu1), "cycle %d", i)
-		require.Equal(t, want*(6<<30), mustLookup(t, reg, "gpuscope_gpu_orphaned_memory_bytes", gpu1), "cycle %d", i)
-	}
-	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
-		map[string]string{"gpu": "1", "field": "gpuscope_gpu_container_memory_used_bytes"}), "the first cycle's failed read")
+	gputest.ProcessVanished(t, func() { c.collectOnce(bg) }, reg)
 }
 
 // TestContainerGrouperOrphans: a process found gone (absent, or a zombie)
@@ -241,12 +217,12 @@ func TestContainerGrouperOrphans(t *testing.T) {
 	g := newContainerGrouper(proc, newContainerNamer(nil, nil))
 	procs := []nvml.ProcessInfo{{Pid: 11, UsedGpuMemory: 2 << 30}, {Pid: 12, UsedGpuMemory: ^uint64(0)}}
 	for _, want := range []struct {
-		orphans    orphanUsage
+		orphans    Orphans
 		unresolved int
 	}{
-		{orphanUsage{}, 2},
-		{orphanUsage{memoryBytes: 2 << 30, processes: 2}, 0}, // the zombie's memory withheld: counted, not summed
-		{orphanUsage{memoryBytes: 2 << 30, processes: 2}, 0},
+		{Orphans{}, 2},
+		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0}, // the zombie's memory withheld: counted, not summed
+		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0},
 	} {
 		g.beginCycle()
 		out, orphans, unresolved := g.group(procs, nil)

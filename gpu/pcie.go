@@ -14,9 +14,10 @@ var pcieLaneBytesPerSecond = [...]float64{
 	6: 7563e6,
 }
 
-// pcieMaxBandwidth is the theoretical bandwidth per direction of a link,
-// or 0 when the generation is unknown.
-func pcieMaxBandwidth(gen, width int) float64 {
+// PCIeMaxBandwidth is the theoretical bandwidth per direction, in bytes
+// per second, of a PCIe link of generation gen and width lanes: the value
+// of FieldPCIeMaxBandwidth. It is 0 when the generation is unknown.
+func PCIeMaxBandwidth(gen, width int) float64 {
 	if gen < 1 || gen >= len(pcieLaneBytesPerSecond) || width < 1 {
 		return 0
 	}

@@ -71,7 +71,7 @@ func (g *containerGrouper) endCycle() {
 // unresolved, as a process may exit between the driver's list and the
 // /proc read. Orphan memory the driver withholds is not summed
 // (the process is still counted).
-func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []containerUsage, orphans orphanUsage, unresolved int) {
+func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []Container, orphans Orphans, unresolved int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	clear(g.perPID)
@@ -133,10 +133,11 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 	return out, orphans, unresolved
 }
 
-// orphanUsage is what the driver lists on a GPU (or GPU instance) for
+// Orphans is what the driver lists on a GPU (or GPU instance) for
 // processes that are gone: gpuscope_gpu_orphaned_memory_bytes and
-// gpuscope_gpu_orphaned_processes.
-type orphanUsage struct {
+// gpuscope_gpu_orphaned_processes. A backend gets it from
+// BackendEnv.GroupProcesses.
+type Orphans struct {
 	memoryBytes float64
 	processes   int
 }
@@ -144,7 +145,7 @@ type orphanUsage struct {
 // containerNamer gives a container its labels besides its id: cAdvisor's
 // name and the workload identity, from the cache shared with cAdvisor's
 // collector. Each id is looked up once per cycle; not safe for concurrent
-// use (the grouper calls it under its lock, the sim from its cycle).
+// use (the grouper and BackendEnv.Container call it under the grouper's lock).
 type containerNamer struct {
 	lookup func(id string) (workload.Metadata, bool)
 	cache  *workload.Cache
@@ -173,11 +174,11 @@ func (n *containerNamer) beginCycle() {
 	n.labels = n.labels[:0]
 }
 
-// usage returns a containerUsage of id with its labels and no use yet.
+// usage returns a Container of id with its labels and no use yet.
 // Where cAdvisor knows the container, the identity is resolved from the
 // same metadata its collector's labels are (one cache entry, the same
 // labels on both sides); else from the path alone.
-func (n *containerNamer) usage(id string) containerUsage {
+func (n *containerNamer) usage(id string) Container {
 	i, ok := n.index[id]
 	if !ok {
 		var md workload.Metadata
@@ -190,5 +191,5 @@ func (n *containerNamer) usage(id string) containerUsage {
 		n.labels = append(n.labels, containerLabels{name: md.Name, workload: n.cache.Get(id, md)})
 		n.index[id] = i
 	}
-	return containerUsage{id: id, name: n.labels[i].name, workload: n.labels[i].workload}
+	return Container{id: id, name: n.labels[i].name, workload: n.labels[i].workload}
 }

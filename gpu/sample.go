@@ -1,31 +1,16 @@
 package gpu
 
 import (
-	"context"
 	"strconv"
 	"time"
 
 	"github.com/gpuscope/gpuscope/workload"
 )
 
-// backend is where samples come from. The collector calls open until it
-// succeeds, then sample once per cycle, never two calls at once; close
-// is called once when Run ends, unless a call is still hung.
-type backend interface {
-	// name is the backend_info label value.
-	name() string
-	// open prepares the backend. Goroutines it starts (event loops,
-	// CPU burners) stop when ctx ends or close is called.
-	open(ctx context.Context) error
-	// sample reads every GPU once. It reports only what it read: a field
-	// that failed is absent from the sample and listed in errs.
-	sample(ctx context.Context, now time.Time) *sample
-	close() error
-}
-
-// gpuInfo is what identifies a GPU in labels. It is built once when the
-// backend opens and shared, read-only, by every sample.
-type gpuInfo struct {
+// Identity is what identifies a GPU in labels. It is built once when the
+// backend opens (BackendEnv.Identity) and shared, read-only, by every
+// sample.
+type Identity struct {
 	index  int
 	uuid   string
 	busID  string
@@ -37,8 +22,8 @@ type gpuInfo struct {
 	ownLabels  []string // gpu, UUID
 }
 
-func newGPUInfo(index int, uuid, busID, model, driver, hostname string, withHost bool) *gpuInfo {
-	g := &gpuInfo{index: index, uuid: uuid, busID: busID, model: model, driver: driver}
+func newIdentity(index int, uuid, busID, model, driver, hostname string, withHost bool) *Identity {
+	g := &Identity{index: index, uuid: uuid, busID: busID, model: model, driver: driver}
 	idx := strconv.Itoa(index)
 	g.dcgmLabels = []string{idx, uuid, busID, "nvidia" + idx, model}
 	if withHost {
@@ -49,9 +34,11 @@ func newGPUInfo(index int, uuid, busID, model, driver, hostname string, withHost
 	return g
 }
 
-// gpuSample is one GPU's values from one cycle.
-type gpuSample struct {
-	info *gpuInfo
+// GPUSample is one GPU's values from one cycle. A backend outside this
+// package starts one with NewGPUSample, sets what it read and adds it to
+// its Sample.
+type GPUSample struct {
+	info *Identity
 	// at is when the GPU last answered a complete read (this cycle, or
 	// earlier for a GPU that is lost or whose read hangs); zero if never.
 	at time.Time
@@ -65,24 +52,60 @@ type gpuSample struct {
 	values [numFields]float64
 
 	// xidCounts counts XID events by code since gpuscope started
-	// (values[fXID] holds the last code).
+	// (values[FieldXID] holds the last code).
 	xidCounts []xidCount
-	// clockEvents is NVML's clock event reason bitmask (field fClockEvents).
+	// clockEvents is NVML's clock event reason bitmask (field FieldClockEvents).
 	clockEvents uint64
 	// containers is the GPU's compute processes grouped by container,
-	// sorted by id (fields fContainerMemory, fContainerSM).
-	containers []containerUsage
+	// sorted by id (fields FieldContainerMemory, FieldContainerSM).
+	containers []Container
 	// orphans is what the driver lists for processes that are gone
-	// (process.go); published with fContainerMemory, whose read it is.
-	orphans orphanUsage
+	// (process.go); published with FieldContainerMemory, whose read it is.
+	orphans Orphans
 	// instances are the GPU instances of a GPU in MIG mode, by GPU_I_ID
 	// (mig.go); the GPU itself then keeps its whole-GPU fields only.
-	instances []instanceSample
+	instances []InstanceSample
 }
 
-func (s *gpuSample) setValue(f fieldID, v float64) {
+// NewGPUSample starts what a backend read of GPU id in one cycle.
+func NewGPUSample(id *Identity) *GPUSample { return &GPUSample{info: id} }
+
+// Set records v, the value of f.
+func (s *GPUSample) Set(f Field, v float64) {
 	s.values[f] = v
 	s.set.add(f)
+}
+
+// SetUnsupported records that the GPU cannot give f, as NVML's
+// NOT_SUPPORTED does: its series is omitted, gpuscope_gpu_field_supported
+// says 0, and a value set before is dropped.
+func (s *GPUSample) SetUnsupported(f Field) {
+	s.set &^= 1 << f
+	s.unsupported.add(f)
+}
+
+// SetClockEvents records NVML's clock event reasons, a bitmask, as
+// FieldClockEvents.
+func (s *GPUSample) SetClockEvents(reasons uint64) {
+	s.clockEvents = reasons
+	s.set.add(FieldClockEvents)
+}
+
+// AddXIDCount records that the driver reported XID code count times since
+// gpuscope started (gpuscope_gpu_xid_errors_total); FieldXID's value is
+// the last XID.
+func (s *GPUSample) AddXIDCount(code, count uint64) {
+	s.xidCounts = append(s.xidCounts, xidCount{code: code, count: count})
+}
+
+// SetContainers records that the GPU's processes were read
+// (FieldContainerMemory and FieldContainerSM): cs are what its containers
+// use (BackendEnv.Container, BackendEnv.GroupProcesses), orphans what the
+// driver lists for processes that are gone.
+func (s *GPUSample) SetContainers(cs []Container, orphans Orphans) {
+	s.set.add(FieldContainerMemory)
+	s.set.add(FieldContainerSM)
+	s.containers, s.orphans = cs, orphans
 }
 
 type xidCount struct {
@@ -90,8 +113,10 @@ type xidCount struct {
 	count uint64
 }
 
-// containerUsage is what a container's processes use on one GPU.
-type containerUsage struct {
+// Container is what a container's processes use on one GPU (or GPU
+// instance), with the labels the collector gives the container. A backend
+// gets one from BackendEnv.Container or BackendEnv.GroupProcesses.
+type Container struct {
 	id          string
 	name        string            // cAdvisor's name label
 	workload    workload.Identity // the workload labels, image among them
@@ -104,9 +129,9 @@ type containerUsage struct {
 }
 
 // sample is one complete cycle: what a scrape is served until the next.
-type sample struct {
+type Sample struct {
 	time time.Time
-	gpus []gpuSample
+	gpus []GPUSample
 	errs []fieldError
 	// read counts the GPUs that answered in this cycle (a lost GPU whose
 	// XID series are kept did not); 0 sets gpuscope_gpu_collector_up 0.
@@ -114,6 +139,40 @@ type sample struct {
 	// reinit, set by the backend, asks the collector to close and open it
 	// again (the driver was unloaded or upgraded, or nothing answers).
 	reinit error
+}
+
+// NewSample starts the sample of the cycle at now.
+func NewSample(now time.Time) *Sample { return &Sample{time: now} }
+
+// AddGPU adds g, read from a GPU that answered in this cycle: it counts
+// toward gpuscope_gpu_collector_up, and now is when it last answered.
+func (s *Sample) AddGPU(g *GPUSample) {
+	gs := *g
+	gs.at = s.time
+	s.gpus = append(s.gpus, gs)
+	s.read++
+}
+
+// AddUnreadGPU adds g, a GPU that could not be read in this cycle (off the
+// bus): it does not count as read, and lastAnswer is when it last
+// answered (zero if never). What is served of such a GPU is its XID
+// series; g should hold no more.
+func (s *Sample) AddUnreadGPU(g *GPUSample, lastAnswer time.Time) {
+	gs := *g
+	gs.at = lastAnswer
+	s.gpus = append(s.gpus, gs)
+}
+
+// AddError records a failed read, counted in
+// gpuscope_gpu_collector_errors_total and logged when it first appears:
+// of field, a metric name (Field.String) or "device" for a GPU that could
+// not be read at all, on GPU g, or on none when g is nil.
+func (s *Sample) AddError(g *Identity, field string, err error) {
+	e := fieldError{field: field, err: err}
+	if g != nil {
+		e.gpu = g.ownLabels[0]
+	}
+	s.errs = append(s.errs, e)
 }
 
 // fieldError is one failed read. gpu is the GPU index, or "" when the
@@ -126,12 +185,12 @@ type fieldError struct {
 
 // stale returns s with each GPU's series dropped except its XID series
 // and last-sample time: what is served once a sample is too old.
-func (s *sample) stale() *sample {
-	out := &sample{time: s.time, gpus: make([]gpuSample, len(s.gpus))}
+func (s *Sample) stale() *Sample {
+	out := &Sample{time: s.time, gpus: make([]GPUSample, len(s.gpus))}
 	for i, g := range s.gpus {
-		out.gpus[i] = gpuSample{info: g.info, at: g.at, xidCounts: g.xidCounts}
-		if g.set.has(fXID) {
-			out.gpus[i].setValue(fXID, g.values[fXID])
+		out.gpus[i] = GPUSample{info: g.info, at: g.at, xidCounts: g.xidCounts}
+		if g.set.has(FieldXID) {
+			out.gpus[i].Set(FieldXID, g.values[FieldXID])
 		}
 	}
 	return out

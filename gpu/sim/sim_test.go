@@ -1,4 +1,4 @@
-package gpu
+package sim
 
 import (
 	"math"
@@ -8,42 +8,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/internal/gputest"
 	"github.com/gpuscope/gpuscope/workload"
 )
 
-func simOptions(clock *fakeClock, gpus ...SimGPU) Options {
-	cfg := DefaultConfig()
-	cfg.Backend = BackendSim
-	cfg.Sim.Count = max(len(gpus), 1)
-	cfg.Sim.GPUs = gpus
-	return Options{Config: cfg, Now: clock.Now, Interval: 15 * time.Second}
-}
-
 // simTrace runs the sim for the given simulated duration, one cycle per
 // step, and returns metric name's value on GPU 0 at every step.
-func simTrace(t *testing.T, o Options, clock *fakeClock, name string, match map[string]string, duration, step time.Duration) (*prometheus.Registry, []float64) {
+func simTrace(t *testing.T, o testOptions, clock *gputest.Clock, name string, match map[string]string, duration, step time.Duration) (*prometheus.Registry, []float64) {
 	t.Helper()
 	c, reg := testCollector(t, o)
 	var out []float64
 	for elapsed := time.Duration(0); elapsed <= duration; elapsed += step {
-		c.collectOnce(bg)
-		out = append(out, mustLookup(t, reg, name, match))
+		sampleOnce(t, c)
+		out = append(out, gputest.MustLookup(t, reg, name, match))
 		clock.Advance(step)
 	}
 	return reg, out
 }
 
 func TestSimLeakStaircase(t *testing.T) {
-	clock := newFakeClock()
-	o := simOptions(clock, SimGPU{Scenario: ScenarioLeak})
+	clock := gputest.NewClock()
+	o := simOptions(clock, GPU{Scenario: ScenarioLeak})
 	gpu0 := map[string]string{"gpu": "0"}
 	c, reg := testCollector(t, o)
 	var used, util []float64
 	// Four simulated hours sampled every five minutes.
 	for range 4 * 12 {
-		c.collectOnce(bg)
-		used = append(used, mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", gpu0))
-		util = append(util, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", gpu0))
+		sampleOnce(t, c)
+		used = append(used, gputest.MustLookup(t, reg, "DCGM_FI_DEV_FB_USED", gpu0))
+		util = append(util, gputest.MustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", gpu0))
 		clock.Advance(5 * time.Minute)
 	}
 	// A staircase: flat within each half hour, +2 GiB at each step.
@@ -55,12 +49,16 @@ func TestSimLeakStaircase(t *testing.T) {
 	require.InDelta(t, 85, mean(util), 3)
 	require.GreaterOrEqual(t, minOf(util), 60.0)
 	// The leaking container holds the memory.
-	mem := mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": "/gpuscope-sim/gpu0"})
+	mem := gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": "/gpuscope-sim/gpu0"})
 	require.Equal(t, used[len(used)-1]*bytesPerMiB, mem)
 }
 
 func TestSimLeakRestartsWhenFull(t *testing.T) {
-	g := newSimGPU(0, SimGPU{Scenario: ScenarioLeak}, DefaultConfig().Sim, "h", true)
+	c, sim, err := newCollector(simOptions(gputest.NewClock(), GPU{Scenario: ScenarioLeak}))
+	require.NoError(t, err)
+	sampleOnce(t, c)
+	require.NoError(t, sim.Close())
+	g := sim.gpus[0]
 	peak := 0.0
 	for step := 0; step < 40; step++ {
 		v := g.leakMiB(float64(step)*leakStepEvery + 1)
@@ -73,8 +71,8 @@ func TestSimLeakRestartsWhenFull(t *testing.T) {
 }
 
 func TestSimThermal(t *testing.T) {
-	clock := newFakeClock()
-	o := simOptions(clock, SimGPU{Scenario: ScenarioThermal})
+	clock := gputest.NewClock()
+	o := simOptions(clock, GPU{Scenario: ScenarioThermal})
 	o.Config.Families.ClockEvents = true
 	o.Config.Families.Violations = true
 	reg, temps := simTrace(t, o, clock, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"}, 60*time.Minute, time.Minute)
@@ -93,26 +91,26 @@ func TestSimThermal(t *testing.T) {
 		require.Greater(t, temps[i], temps[i-10])
 	}
 	gpu0 := map[string]string{"gpu": "0"}
-	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_clock_event_active", map[string]string{"gpu": "0", "reason": "sw_thermal"}))
-	require.Greater(t, mustLookup(t, reg, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu0), 0.0)
-	require.Less(t, mustLookup(t, reg, "DCGM_FI_DEV_SM_CLOCK", gpu0), float64(boostClockMHz))
-	require.Greater(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", gpu0), 95.0)
+	require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_clock_event_active", map[string]string{"gpu": "0", "reason": "sw_thermal"}))
+	require.Greater(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu0), 0.0)
+	require.Less(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_SM_CLOCK", gpu0), float64(boostClockMHz))
+	require.Greater(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", gpu0), 95.0)
 }
 
 func TestSimXIDOnce(t *testing.T) {
-	clock := newFakeClock()
-	c, reg := testCollector(t, simOptions(clock, SimGPU{Scenario: ScenarioXID}))
+	clock := gputest.NewClock()
+	c, reg := testCollector(t, simOptions(clock, GPU{Scenario: ScenarioXID}))
 	var codes []float64
 	for range 30 {
-		c.collectOnce(bg)
-		xid := gather(t, reg, "DCGM_FI_DEV_XID_ERRORS")
+		sampleOnce(t, c)
+		xid := gputest.Gather(t, reg, "DCGM_FI_DEV_XID_ERRORS")
 		require.Len(t, xid, 1)
-		codes = append(codes, xid[0].value)
-		if xid[0].value == 79 {
-			require.Equal(t, "79", xid[0].labels["err_code"])
-			require.Equal(t, "GPU has fallen off the bus", xid[0].labels["err_msg"])
+		codes = append(codes, xid[0].Value)
+		if xid[0].Value == 79 {
+			require.Equal(t, "79", xid[0].Labels["err_code"])
+			require.Equal(t, "GPU has fallen off the bus", xid[0].Labels["err_msg"])
 		} else {
-			require.Equal(t, "No Error", xid[0].labels["err_msg"])
+			require.Equal(t, "No Error", xid[0].Labels["err_msg"])
 		}
 		clock.Advance(time.Minute)
 	}
@@ -123,19 +121,19 @@ func TestSimXIDOnce(t *testing.T) {
 			require.Equal(t, 79.0, v, "minute %d: the last XID stays", i)
 		}
 	}
-	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_xid_errors_total", map[string]string{"gpu": "0", "err_code": "79"}), "raised once")
+	require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_xid_errors_total", map[string]string{"gpu": "0", "err_code": "79"}), "raised once")
 	// The job died with the XID.
-	require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
-	require.Zero(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "0"}))
+	require.Empty(t, gputest.Gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
+	require.Zero(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "0"}))
 }
 
 func TestSimScenarios(t *testing.T) {
-	clock := newFakeClock()
+	clock := gputest.NewClock()
 	o := simOptions(clock,
-		SimGPU{Scenario: ScenarioIdle},
-		SimGPU{Scenario: ScenarioTraining, Container: "/system.slice/docker-train.scope"},
-		SimGPU{Scenario: ScenarioInputBound},
-		SimGPU{Scenario: ScenarioMemoryBound},
+		GPU{Scenario: ScenarioIdle},
+		GPU{Scenario: ScenarioTraining, Container: "/system.slice/docker-train.scope"},
+		GPU{Scenario: ScenarioInputBound},
+		GPU{Scenario: ScenarioMemoryBound},
 	)
 	o.ContainerLookup = func(id string) (workload.Metadata, bool) {
 		if id == "/system.slice/docker-train.scope" {
@@ -147,13 +145,13 @@ func TestSimScenarios(t *testing.T) {
 	samples := map[string][]float64{}
 	ratio := map[string][]float64{}
 	for range 60 {
-		c.collectOnce(bg)
-		for _, s := range gather(t, reg, "DCGM_FI_DEV_GPU_UTIL") {
-			samples[s.labels["gpu"]] = append(samples[s.labels["gpu"]], s.value)
+		sampleOnce(t, c)
+		for _, s := range gputest.Gather(t, reg, "DCGM_FI_DEV_GPU_UTIL") {
+			samples[s.Labels["gpu"]] = append(samples[s.Labels["gpu"]], s.Value)
 		}
 		for _, gpu := range []string{"0", "1", "2", "3"} {
 			m := map[string]string{"gpu": gpu}
-			ratio[gpu] = append(ratio[gpu], mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", m)/mustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", m))
+			ratio[gpu] = append(ratio[gpu], gputest.MustLookup(t, reg, "DCGM_FI_DEV_FB_USED", m)/gputest.MustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", m))
 		}
 		clock.Advance(30 * time.Second)
 	}
@@ -179,60 +177,60 @@ func TestSimScenarios(t *testing.T) {
 	require.InDelta(t, 85, mean(samples["1"]), 2)
 
 	// Memory-bound: the memory interface is busy while the SMs idle.
-	require.Greater(t, mustLookup(t, reg, "DCGM_FI_PROF_DRAM_ACTIVE", map[string]string{"gpu": "3"}), 0.8)
-	require.Less(t, mustLookup(t, reg, "DCGM_FI_PROF_DRAM_ACTIVE", map[string]string{"gpu": "2"}), 0.2)
+	require.Greater(t, gputest.MustLookup(t, reg, "DCGM_FI_PROF_DRAM_ACTIVE", map[string]string{"gpu": "3"}), 0.8)
+	require.Less(t, gputest.MustLookup(t, reg, "DCGM_FI_PROF_DRAM_ACTIVE", map[string]string{"gpu": "2"}), 0.2)
 
 	// Processes sit in their containers; the idle GPU has none.
 	train := map[string]string{"gpu": "1", "id": "/system.slice/docker-train.scope", "name": "train", "image": "pytorch"}
-	require.Greater(t, mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", train), 60e9)
-	require.InDelta(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "1"}),
-		mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", train), 1e-9)
-	mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "2", "id": "/gpuscope-sim/gpu2", "name": ""})
-	_, ok := lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0"})
+	require.Greater(t, gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", train), 60e9)
+	require.InDelta(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "1"}),
+		gputest.MustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", train), 1e-9)
+	gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "2", "id": "/gpuscope-sim/gpu2", "name": ""})
+	_, ok := gputest.Lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0"})
 	require.False(t, ok)
 
 	// Idle GPUs train their PCIe link down and say why their clocks are low.
-	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_pcie_link_generation", map[string]string{"gpu": "0"}))
-	require.Equal(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_pcie_link_generation", map[string]string{"gpu": "1"}))
-	require.Equal(t, 63.008e9, mustLookup(t, reg, "gpuscope_gpu_pcie_max_bandwidth_bytes_per_second", map[string]string{"gpu": "0"}))
+	require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_pcie_link_generation", map[string]string{"gpu": "0"}))
+	require.Equal(t, 5.0, gputest.MustLookup(t, reg, "gpuscope_gpu_pcie_link_generation", map[string]string{"gpu": "1"}))
+	require.Equal(t, 63.008e9, gputest.MustLookup(t, reg, "gpuscope_gpu_pcie_max_bandwidth_bytes_per_second", map[string]string{"gpu": "0"}))
 
 	// Energy is a counter that grows with power.
-	c.collectOnce(bg)
-	e1 := mustLookup(t, reg, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", map[string]string{"gpu": "1"})
+	sampleOnce(t, c)
+	e1 := gputest.MustLookup(t, reg, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", map[string]string{"gpu": "1"})
 	clock.Advance(time.Minute)
-	c.collectOnce(bg)
-	e2 := mustLookup(t, reg, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", map[string]string{"gpu": "1"})
+	sampleOnce(t, c)
+	e2 := gputest.MustLookup(t, reg, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", map[string]string{"gpu": "1"})
 	require.InDelta(t, 60*600*1000, e2-e1, 60*150*1000, "about 600 W for a minute, in mJ")
 }
 
 func TestSimIdentity(t *testing.T) {
-	clock := newFakeClock()
+	clock := gputest.NewClock()
 	o := simOptions(clock)
-	o.Config.Sim.Count = 64
+	o.Sim.Count = 64
 	c, reg := testCollector(t, o)
-	c.collectOnce(bg)
-	temps := gather(t, reg, "DCGM_FI_DEV_GPU_TEMP")
+	sampleOnce(t, c)
+	temps := gputest.Gather(t, reg, "DCGM_FI_DEV_GPU_TEMP")
 	require.Len(t, temps, 64)
 	uuids, buses := map[string]bool{}, map[string]bool{}
 	for _, s := range temps {
-		require.Equal(t, "NVIDIA H100 80GB HBM3", s.labels["modelName"])
-		require.Equal(t, "nvidia"+s.labels["gpu"], s.labels["device"])
-		require.Regexp(t, `^GPU-5171[0-9a-f]{4}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, s.labels["UUID"])
-		require.Regexp(t, `^[0-9A-F]{8}:[0-9A-F]{2}:00\.0$`, s.labels["pci_bus_id"])
-		uuids[s.labels["UUID"]], buses[s.labels["pci_bus_id"]] = true, true
+		require.Equal(t, "NVIDIA H100 80GB HBM3", s.Labels["modelName"])
+		require.Equal(t, "nvidia"+s.Labels["gpu"], s.Labels["device"])
+		require.Regexp(t, `^GPU-5171[0-9a-f]{4}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, s.Labels["UUID"])
+		require.Regexp(t, `^[0-9A-F]{8}:[0-9A-F]{2}:00\.0$`, s.Labels["pci_bus_id"])
+		uuids[s.Labels["UUID"]], buses[s.Labels["pci_bus_id"]] = true, true
 	}
 	require.Len(t, uuids, 64)
 	require.Len(t, buses, 64)
-	require.Equal(t, 81559.0, mustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", map[string]string{"gpu": "63"}))
-	require.Equal(t, "sim", gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].labels["backend"])
+	require.Equal(t, 81559.0, gputest.MustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", map[string]string{"gpu": "63"}))
+	require.Equal(t, "sim", gputest.Gather(t, reg, "gpuscope_gpu_collector_backend_info")[0].Labels["backend"])
 }
 
 func TestSimTimeScaleAndSeed(t *testing.T) {
 	run := func(seed uint64) []float64 {
-		clock := newFakeClock()
-		o := simOptions(clock, SimGPU{Scenario: ScenarioLeak})
-		o.Config.Sim.TimeScale = 60
-		o.Config.Sim.Seed = seed
+		clock := gputest.NewClock()
+		o := simOptions(clock, GPU{Scenario: ScenarioLeak})
+		o.Sim.TimeScale = 60
+		o.Sim.Seed = seed
 		_, used := simTrace(t, o, clock, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "0"}, 2*time.Minute, 30*time.Second)
 		return used
 	}
@@ -240,9 +238,9 @@ func TestSimTimeScaleAndSeed(t *testing.T) {
 	require.NotEqual(t, run(7), run(8))
 
 	// At 60x, 30 real seconds are 30 simulated minutes: one leak step.
-	clock := newFakeClock()
-	o := simOptions(clock, SimGPU{Scenario: ScenarioLeak})
-	o.Config.Sim.TimeScale = 60
+	clock := gputest.NewClock()
+	o := simOptions(clock, GPU{Scenario: ScenarioLeak})
+	o.Sim.TimeScale = 60
 	_, used := simTrace(t, o, clock, "DCGM_FI_DEV_FB_USED", map[string]string{"gpu": "0"}, 90*time.Second, 30*time.Second)
 	require.Len(t, used, 4)
 	for i, v := range used {
@@ -251,25 +249,25 @@ func TestSimTimeScaleAndSeed(t *testing.T) {
 }
 
 func TestDemoConfigRuns(t *testing.T) {
-	clock := newFakeClock()
-	cfg := DemoConfig()
-	cfg.Sim.CPUBurn = false // burning is tested on its own
-	c, reg := testCollector(t, Options{Config: cfg, Now: clock.Now})
+	clock := gputest.NewClock()
+	cfg, sim := DemoConfig()
+	sim.CPUBurn = false // burning is tested on its own
+	c, reg := testCollector(t, testOptions{Options: gpu.Options{Config: cfg, Now: clock.Now}, Sim: sim})
 	for range 5 {
-		c.collectOnce(bg)
+		sampleOnce(t, c)
 		clock.Advance(15 * time.Second)
 	}
-	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 8)
+	require.Len(t, gputest.Gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 8)
 	// Both GPUs of the training job report the same container; GPU 6 is
 	// in MIG mode with two jobs in two of its three instances.
-	require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 8)
-	require.Len(t, gather(t, reg, "DCGM_FI_DEV_FB_USED"), 10)
-	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "6", "GPU_I_PROFILE": "3g.40gb", "id": "/gpuscope-demo/mig/train"}))
-	v, ok := lookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "1", "id": "/gpuscope-demo/train"})
+	require.Len(t, gputest.Gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 8)
+	require.Len(t, gputest.Gather(t, reg, "DCGM_FI_DEV_FB_USED"), 10)
+	require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "6", "GPU_I_PROFILE": "3g.40gb", "id": "/gpuscope-demo/mig/train"}))
+	v, ok := gputest.Lookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"gpu": "1", "id": "/gpuscope-demo/train"})
 	require.True(t, ok)
 	require.Equal(t, 1.0, v)
 	// The thermal GPU runs flat out: the GPU_UTIL > 95 rule has a series.
-	require.Greater(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "5"}), 95.0)
+	require.Greater(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "5"}), 95.0)
 }
 
 func mean(v []float64) float64 {

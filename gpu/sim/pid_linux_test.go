@@ -1,4 +1,4 @@
-package gpu
+package sim
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/gpu/internal/gputest"
 	"github.com/gpuscope/gpuscope/workload"
 )
 
@@ -54,50 +55,50 @@ func TestSimPIDJoinsItsContainer(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := gputest.NewClock()
 			o := simOptions(clock,
-				SimGPU{Scenario: ScenarioTraining, PID: proc.pid(), Container: "/gpuscope-test/not-used"},
-				SimGPU{Scenario: ScenarioLeak},
+				GPU{Scenario: ScenarioTraining, PID: proc.pid(), Container: "/gpuscope-test/not-used"},
+				GPU{Scenario: ScenarioLeak},
 			)
 			o.ProcRoot = "/proc"
 			o.ContainerLookup = tc.lookup
 			c, reg := testCollector(t, o)
-			c.collectOnce(bg)
+			sampleOnce(t, c)
 
 			want := map[string]string{"gpu": "0"}
 			for k, v := range tc.want {
 				want[k] = v
 			}
-			mem := mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", want)
-			require.Equal(t, mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", map[string]string{"gpu": "0"})*bytesPerMiB, mem, "the GPU's memory, in the process's container")
-			require.Equal(t, mustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "0"}),
-				mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", want))
-			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", want))
-			require.Len(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 2, "GPU 0's container and GPU 1's")
-			mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/gpuscope-sim/gpu1"})
-			_, ok := lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"id": "/gpuscope-test/not-used"})
+			mem := gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", want)
+			require.Equal(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_FB_USED", map[string]string{"gpu": "0"})*bytesPerMiB, mem, "the GPU's memory, in the process's container")
+			require.Equal(t, gputest.MustLookup(t, reg, "DCGM_FI_DEV_GPU_UTIL", map[string]string{"gpu": "0"}),
+				gputest.MustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", want))
+			require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_container_processes", want))
+			require.Len(t, gputest.Gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"), 2, "GPU 0's container and GPU 1's")
+			gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "1", "id": "/gpuscope-sim/gpu1"})
+			_, ok := gputest.Lookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"id": "/gpuscope-test/not-used"})
 			require.False(t, ok, "the pid wins over container")
-			_, ok = lookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0"})
+			_, ok = gputest.Lookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "0"})
 			require.False(t, ok, "no failed read")
 		})
 	}
 
 	t.Run("the process exits", func(t *testing.T) {
-		o := simOptions(newFakeClock(), SimGPU{Scenario: ScenarioTraining, PID: proc.pid()})
+		o := simOptions(gputest.NewClock(), GPU{Scenario: ScenarioTraining, PID: proc.pid()})
 		o.ProcRoot = "/proc"
 		c, reg := testCollector(t, o)
-		c.collectOnce(bg)
-		mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
+		sampleOnce(t, c)
+		gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
 
 		require.NoError(t, proc.stop())
-		c.collectOnce(bg)
-		require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
-		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
+		sampleOnce(t, c)
+		require.Empty(t, gputest.Gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
+		require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_collector_errors_total",
 			map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}))
-		require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}), "it may have just exited")
+		require.Equal(t, 0.0, gputest.MustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}), "it may have just exited")
 
 		// Still listed a cycle later: an orphan.
-		c.collectOnce(bg)
-		require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}))
+		sampleOnce(t, c)
+		require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}))
 	})
 }

@@ -1,6 +1,10 @@
-package gpu
+package sim
 
-import "math"
+import (
+	"math"
+
+	"github.com/gpuscope/gpuscope/gpu"
+)
 
 // The mig scenario: an H100 80GB in MIG mode as one 3g.40gb and two
 // 2g.20gb GPU instances (all 7 compute slices and 8 memory slices). A
@@ -35,7 +39,7 @@ type simInstanceState struct {
 
 // simMIG is the mig scenario's state of one simulated GPU.
 type simMIG struct {
-	infos []*instanceInfo
+	infos []*gpu.Instance
 	cur   []simInstanceState
 }
 
@@ -46,7 +50,7 @@ func (g *simGPU) migStep(t float64, noise func(float64) float64) simState {
 	if g.mig == nil {
 		g.mig = &simMIG{cur: make([]simInstanceState, len(simInstanceSpecs))}
 		for _, sp := range simInstanceSpecs {
-			g.mig.infos = append(g.mig.infos, newInstanceInfo(g.info, sp.id, dcgmProfileName(sp.slices, sp.memoryMiB)))
+			g.mig.infos = append(g.mig.infos, g.info.Instance(sp.id, sp.slices, sp.memoryMiB))
 		}
 	}
 	active := 0.0 // slice-weighted activity of the whole GPU, 0 to 1
@@ -87,44 +91,38 @@ func (g *simGPU) migStep(t float64, noise func(float64) float64) simState {
 // from a GPU in MIG mode: whole-GPU fields on the GPU, without the
 // utilisation NVML does not report in MIG mode, and instance fields per
 // GPU instance.
-func (b *simBackend) fillMIG(s *gpuSample, g *simGPU) {
-	s.dropInstanceFields()
-	for _, f := range []fieldID{fGPUUtil, fMemCopyUtil} {
-		if s.set.has(f) {
-			s.set &^= 1 << f
-			s.unsupported.add(f)
+func (b *Backend) fillMIG(s *gpu.GPUSample, g *simGPU) {
+	for _, f := range []gpu.Field{gpu.FieldGPUUtil, gpu.FieldMemCopyUtil} {
+		if b.env.Enabled(f) { // fill set it
+			s.SetUnsupported(f)
 		}
 	}
-	s.instances = make([]instanceSample, len(simInstanceSpecs))
 	for i, sp := range simInstanceSpecs {
 		st := g.mig.cur[i]
-		is := &s.instances[i]
-		is.info, is.inst = g.info, g.mig.infos[i]
-		set := func(f fieldID, v float64) {
-			if b.fields.has(f) {
-				is.setValue(f, v)
+		is := gpu.NewInstanceSample(g.mig.infos[i])
+		set := func(f gpu.Field, v float64) {
+			if b.env.Enabled(f) {
+				is.Set(f, v)
 			}
 		}
 		used := float64(int64(st.memUsedMiB))
-		set(fFBUsed, used)
-		set(fFBReserved, 0)
-		set(fFBFree, float64(sp.memoryMiB)-used)
-		set(fFBTotal, float64(sp.memoryMiB))
-		set(fProfGrEngineActive, st.grActive)
-		set(fProfSMActive, st.smActive)
-		set(fProfSMOccupancy, st.smOccupancy)
-		set(fProfTensorActive, st.tensor)
-		set(fProfDRAMActive, st.dram)
-		if !b.fields.has(fContainerMemory) {
-			continue
+		set(gpu.FieldFBUsed, used)
+		set(gpu.FieldFBReserved, 0)
+		set(gpu.FieldFBFree, float64(sp.memoryMiB)-used)
+		set(gpu.FieldFBTotal, float64(sp.memoryMiB))
+		set(gpu.FieldProfGrEngineActive, st.grActive)
+		set(gpu.FieldProfSMActive, st.smActive)
+		set(gpu.FieldProfSMOccupancy, st.smOccupancy)
+		set(gpu.FieldProfTensorActive, st.tensor)
+		set(gpu.FieldProfDRAMActive, st.dram)
+		if b.env.Enabled(gpu.FieldContainerMemory) {
+			var cs []gpu.Container
+			if st.process && g.container != "" {
+				cs = []gpu.Container{b.env.Container(g.container+"/"+sp.job, used*bytesPerMiB, 0, 1)}
+			}
+			is.SetContainers(cs, gpu.Orphans{})
+			is.SetUnsupported(gpu.FieldContainerSM) // no per-process utilisation in MIG mode
 		}
-		is.set.add(fContainerMemory)
-		is.unsupported.add(fContainerSM) // no per-process utilisation in MIG mode
-		if st.process && g.container != "" {
-			id := g.container + "/" + sp.job
-			c := b.namer.usage(id)
-			c.memoryBytes, c.processes = used*bytesPerMiB, 1
-			is.containers = []containerUsage{c}
-		}
+		s.AddInstance(is)
 	}
 }

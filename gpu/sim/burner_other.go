@@ -1,6 +1,6 @@
 //go:build !linux
 
-package gpu
+package sim
 
 import (
 	"context"

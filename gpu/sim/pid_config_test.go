@@ -1,4 +1,4 @@
-package gpu_test
+package sim_test
 
 import (
 	"testing"

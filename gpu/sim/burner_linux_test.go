@@ -1,4 +1,4 @@
-package gpu
+package sim
 
 import (
 	"bytes"
@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/gpu/internal/gputest"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -22,20 +25,19 @@ const cgroupRoot = "/sys/fs/cgroup"
 // burnerTest starts a sim whose input-bound GPU burns CPU in a real
 // cgroup. It skips where cgroups cannot be written (not root, read-only
 // cgroupfs in a container).
-func burnerTest(t *testing.T, id string) (*Collector, *simBackend, *syncBuffer) {
+func burnerTest(t *testing.T, id string) (*gpu.Collector, *Backend, *gputest.SyncBuffer) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("creating cgroups needs root")
 	}
-	var logs syncBuffer
-	o := simOptions(newFakeClock(), SimGPU{Scenario: ScenarioInputBound, Container: id})
-	o.Config.Sim.CPUBurn = true
+	var logs gputest.SyncBuffer
+	o := simOptions(gputest.NewClock(), GPU{Scenario: ScenarioInputBound, Container: id})
+	o.Sim.CPUBurn = true
 	o.CgroupRoot = cgroupRoot
 	o.Interval = 50 * time.Millisecond
 	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	c, err := New(o)
+	c, sim, err := newCollector(o)
 	require.NoError(t, err)
-	sim := c.backend.(*simBackend)
 	// Leave the memory cgroup this test runs in alone.
 	sim.burnControllers = []string{"cpu", "cpuacct", "pids"}
 	return c, sim, &logs
@@ -55,7 +57,7 @@ func TestCPUBurnerRunsInCgroup(t *testing.T) {
 	c, sim, logs := burnerTest(t, id)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	c.collectOnce(ctx)
+	require.NoError(t, c.SampleOnce(ctx))
 	if len(sim.burners) == 0 {
 		t.Skipf("the kernel refused the cgroup: %s", logs.String())
 	}
@@ -63,12 +65,15 @@ func TestCPUBurnerRunsInCgroup(t *testing.T) {
 	pid := sim.burners[0].pid()
 
 	// The burner sits in the container's cgroup, and the pid-to-container
-	// mapping used for GPU processes finds it there.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	// mapping used for GPU processes finds it there: a simulated GPU
+	// process given its pid is in the container.
+	_, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	require.NoError(t, err)
-	got, err := cgroupIDFromProcFile(b)
-	require.NoError(t, err)
-	require.Equal(t, id, got)
+	po := simOptions(gputest.NewClock(), GPU{Scenario: ScenarioTraining, PID: pid})
+	po.ProcRoot = "/proc"
+	pc, preg := testCollector(t, po)
+	sampleOnce(t, pc)
+	gputest.MustLookup(t, preg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
 
 	// It is limited to half a core and uses it.
 	require.Equal(t, "50000", cgroupCPUQuota(t, id))
@@ -81,9 +86,9 @@ func TestCPUBurnerRunsInCgroup(t *testing.T) {
 
 	// The GPU side names the same container.
 	reg := newRegistry(t, c)
-	mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
+	gputest.MustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"gpu": "0", "id": id})
 
-	require.NoError(t, c.stop(false, nil))
+	require.NoError(t, sim.Close())
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "burner killed")
 	for _, h := range []string{"cpu", "cpuacct", "pids"} {
 		if dir := v1Hierarchy(cgroupRoot, h); dir != "" {
