@@ -68,7 +68,7 @@ func TestPromtoolTestsPack(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, exported, len(rules.Pack()))
 	for _, f := range exported {
-		require.Equal(t, readFile(t, filepath.Join("..", "query", "pack", filepath.Base(f))), readFile(t, f), f)
+		require.Equal(t, readFile(t, filepath.Join("..", "rules", "pack", filepath.Base(f))), readFile(t, f), f)
 	}
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "tests"), 0o755))
 	var copies []string
