@@ -10,9 +10,10 @@ checked under; gpuload -mode mma is the fallback.
     tensorload.py --probe
     tensorload.py [--duration SECONDS] [--device N] [--n 8192]
 
---probe prints "torch <version> cuda <runtime> device <name>" and exits 0
-when torch imports and sees a CUDA device; otherwise it prints why and
-exits 1. The load speaks gpuload's protocol: "gpuload: ready pid=<pid>
+--probe prints "torch <version> cuda <runtime> devices <n>" and exits 0
+when torch imports and sees a CUDA device (without making a CUDA context:
+the check probes while another step measures); otherwise it prints why
+and exits 1. The load speaks gpuload's protocol: "gpuload: ready pid=<pid>
 mode=tensor ..." on standard output once the matmuls run, then runs until
 --duration has passed or SIGTERM or SIGINT comes, prints "gpuload: done
 mode=tensor ..." and exits 0. Exit codes: 0 done, 1 torch or CUDA failed,
@@ -39,14 +40,14 @@ def probe():
         print(f"torch does not import: {type(e).__name__}: {e}")
         return 1
     try:
-        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-            print(f"torch {torch.__version__} sees no CUDA device (a CPU-only build, or no driver)")
-            return 1
-        name = torch.cuda.get_device_name(0)
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception as e:
         print(f"torch {torch.__version__}: CUDA fails: {type(e).__name__}: {e}")
         return 1
-    print(f"torch {torch.__version__} cuda {torch.version.cuda} device {name}")
+    if n == 0:
+        print(f"torch {torch.__version__} sees no CUDA device (a CPU-only build, or no driver)")
+        return 1
+    print(f"torch {torch.__version__} cuda {torch.version.cuda} devices {n}")
     return 0
 
 

@@ -55,7 +55,7 @@ func torchStub(t *testing.T) string {
 func TestTensorLoadProbe(t *testing.T) {
 	r := tensorload(t, true, nil, "--probe")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Equal(t, "torch 2.9.0+stub cuda 12.8 device Stub H200\n", r.stdout)
+	require.Equal(t, "torch 2.9.0+stub cuda 12.8 devices 1\n", r.stdout)
 
 	r = tensorload(t, true, []string{"TORCHSTUB_NO_CUDA=1"}, "--probe")
 	require.Equal(t, 1, r.code, r.stderr)
