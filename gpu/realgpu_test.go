@@ -105,6 +105,18 @@ package gpu
 // A value the driver does not give (nvidia-smi prints [N/A]) is logged,
 // not compared. Lines starting "gpucheck:" carry the measured figures for
 // the script's report.
+//
+// GPUCHECK_DRYRUN=mock runs the test's own code where there is no GPU:
+// the collector reads the package's mock DGX H100 (one GPU) instead of the
+// driver, TestRealGPUXID injects XID 31 once it listens, and nvidia-smi is
+// whatever PATH finds; gpu/testdata/realgpu-dryrun/nvidia-smi prints the
+// mock's values:
+//
+//	GPUCHECK_DRYRUN=mock PATH=$PWD/gpu/testdata/realgpu-dryrun:$PATH \
+//	  go test -tags realgpu -run TestRealGPU -v ./gpu/
+//
+// The mock is not idle and has no loads, so those checks fail there; the
+// identity, bounds, nvidia-smi, dmon and XID plumbing should pass.
 
 import (
 	"bytes"
@@ -311,6 +323,9 @@ func smiQ(t *testing.T, index, busID string) map[string]string {
 	return nil
 }
 
+// realDryRun is the mock machine of a GPUCHECK_DRYRUN=mock run, else nil.
+var realDryRun *mockMachine
+
 // realCollector is an NVML collector on the real driver, sampling once a
 // second, with every family on, after its first cycle. When the test ends
 // it keeps the last exposition in $GPUCHECK_OUT.
@@ -319,7 +334,12 @@ func realCollector(t *testing.T) (*Collector, *prometheus.Registry) {
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
 	cfg.Families = Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}
-	c, reg := testCollector(t, Options{Config: cfg, ProcRoot: "/proc", Interval: time.Second})
+	o := Options{Config: cfg, ProcRoot: "/proc", Interval: time.Second}
+	if os.Getenv("GPUCHECK_DRYRUN") == "mock" {
+		realDryRun = newMockMachine(t, 1)
+		o.NVML = realDryRun.srv
+	}
+	c, reg := testCollector(t, o)
 	c.collectOnce(bg)
 	up, _ := lookup(t, reg, "gpuscope_gpu_collector_up", nil)
 	require.Equal(t, 1.0, up, "NVML must load on a GPU machine")
@@ -1143,6 +1163,9 @@ func TestRealGPUXID(t *testing.T) {
 	}
 	if e.ready != "" {
 		require.NoError(t, os.WriteFile(e.ready, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644))
+	}
+	if realDryRun != nil {
+		realDryRun.events <- nvml.EventData{Device: realDryRun.devs[0], EventType: nvml.EventTypeXidCriticalError, EventData: 31}
 	}
 	start := time.Now()
 	for {
