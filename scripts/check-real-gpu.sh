@@ -27,7 +27,8 @@
 # Steps, with the time each takes on an H200 (estimated) and its cap:
 #
 #   preflight  15 s   nvidia-smi answers; env.txt; torch probe (background)
-#   dmon        1 s   nvidia-smi dmon -s pucmt -d 1 -o DT runs throughout:
+#   dmon        1 s   nvidia-smi dmon -s pucmt -d 1 -o DT runs throughout
+#                     (-s pucm as asked, t for PCIe MB/s, -o DT for the date):
 #                     a 1 Hz reference trace, and NVML stays initialised
 #   idle       30 s   realgpu test, root and GPUCHECK_USER (default nobody)
 #   fma        65 s   gpuload fma; test root and nobody; gpuscope agent
@@ -476,25 +477,35 @@ preflight() {
 # start_dmon: nvidia-smi dmon as a 1 Hz reference trace for the whole run.
 # It also keeps NVML initialised between the test's own inits, so that no
 # cycle reads a GPU in its just-initialised state (persistence mode off).
+# -s pucm as asked, plus t (PCIe MB/s) for the PCIe unit; without t if
+# this nvidia-smi refuses it.
 start_dmon() {
-  local i buf=()
+  local i s buf=()
   command -v stdbuf >/dev/null && buf=(stdbuf -oL)
-  "${buf[@]}" nvidia-smi dmon -s pucmt -d 1 -o DT >"$raw/dmon.txt" 2>&1 &
-  dmon_pid=$!
-  for ((i = 0; i < 10; i++)); do
-    sleep 0.5
-    grep -q '^#Date' "$raw/dmon.txt" 2>/dev/null && grep -qv '^#' "$raw/dmon.txt" && break
-    kill -0 "$dmon_pid" 2>/dev/null || break
+  for s in pucmt pucm; do
+    "${buf[@]}" nvidia-smi dmon -s "$s" -d 1 -o DT >"$raw/dmon.txt" 2>&1 &
+    dmon_pid=$!
+    for ((i = 0; i < 10; i++)); do
+      sleep 0.5
+      dmon_rows && break
+      kill -0 "$dmon_pid" 2>/dev/null || break
+    done
+    dmon_rows && break
+    cp "$raw/dmon.txt" "$raw/dmon-$s-failed.txt"
+    kill "$dmon_pid" 2>/dev/null || true
+    wait "$dmon_pid" 2>/dev/null || true
+    dmon_pid=""
   done
-  if grep -q '^#Date' "$raw/dmon.txt" 2>/dev/null && grep -qv '^#' "$raw/dmon.txt"; then
+  if [[ -n $dmon_pid ]]; then
     dmon_file=$raw/dmon.txt
-    record "nvidia-smi dmon reference trace" root PASS "pid $dmon_pid; columns: $(grep -m1 '^#Date' "$raw/dmon.txt" | tr -s ' ' | cut -c2-)"
+    record "nvidia-smi dmon reference trace" root PASS "dmon -s $s, pid $dmon_pid; columns: $(grep -m1 '^#Date' "$raw/dmon.txt" | tr -s ' ' | cut -c2-)"
   else
     record "nvidia-smi dmon reference trace" root FAIL "no row within 5 s ($(head -c 200 "$raw/dmon.txt" | tr '\n' ' ')): the tests compare single nvidia-smi reads instead"
-    kill "$dmon_pid" 2>/dev/null || true
-    dmon_pid=""
   fi
 }
+
+# dmon_rows: whether the dmon trace has its header and a row.
+dmon_rows() { grep -q '^#Date' "$raw/dmon.txt" 2>/dev/null && grep -qv '^#' "$raw/dmon.txt"; }
 
 # --- The realgpu test --------------------------------------------------------
 

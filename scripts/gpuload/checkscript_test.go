@@ -22,7 +22,8 @@ import (
 
 // fakeNvidiaSMI answers what check-real-gpu.sh asks nvidia-smi, for one
 // GPU: -L, -q, nvlink -s, the queries, a dmon trace (a row a second until
-// killed) and pmon (the running gpuload processes). --query-compute-apps
+// killed; with FAKE_DMON_NO_T, refusing -s ...t) and pmon (the running
+// gpuload processes). --query-compute-apps
 // lists every running gpuload and python3.
 const fakeNvidiaSMI = `#!/usr/bin/env bash
 loads() {
@@ -37,6 +38,7 @@ case "$1" in
   -q) echo "fake nvidia-smi -q"; exit 0 ;;
   nvlink) printf 'GPU 0: NVIDIA H200 (UUID: GPU-11111111-2222-3333-4444-555555555555)\n\t Link 0: 26.562 GB/s\n'; exit 0 ;;
   dmon)
+    if [[ -n $FAKE_DMON_NO_T && $* == *pucmt* ]]; then echo "Invalid metric group: t"; exit 1; fi
     echo "#Date       Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec   mclk   pclk     fb   bar1  rxpci  txpci"
     echo "#YYYYMMDD   HH:MM:SS    Idx      W      C      C      %      %      %      %    MHz    MHz     MB     MB   MB/s   MB/s"
     while :; do
@@ -332,6 +334,10 @@ func rawNames(t *testing.T, path string) []string {
 // exit status, which a GPU day should not be the first to try.
 func TestCheckRealGPUScript(t *testing.T) {
 	r := newScriptRun(t, scriptOptions{gpuscope: true, torch: true})
+	sums := exec.Command("sh", "-c", "sha256sum gpu.test gpuload tensorload.py gpuscope >SHA256SUMS")
+	sums.Dir = r.bin
+	out, err := sums.CombinedOutput()
+	require.NoError(t, err, "%s", out)
 	start := time.Now()
 	code := r.exitCode(t)
 	log := r.log.String()
@@ -347,7 +353,7 @@ func TestCheckRealGPUScript(t *testing.T) {
 		t.Logf("no nobody rows: %+v", m["run as nobody as nobody"])
 	}
 	want := []string{
-		"nvidia-smi answers as root", "nvidia-smi dmon reference trace as root",
+		"nvidia-smi answers as root", "nvidia-smi dmon reference trace as root", "binaries match SHA256SUMS as root",
 		"tensor load starts as root", "[tensor] TestRealGPUUnderLoad as root", "tensor load stops on SIGTERM as root",
 		"copy load starts as root", "copy load stops on SIGTERM as root",
 		"h2d load starts as root", "d2h load starts as root", "[d2h] TestRealGPUUnderLoad as root",
@@ -367,6 +373,8 @@ func TestCheckRealGPUScript(t *testing.T) {
 		require.Contains(t, m, w, "%s", log)
 		require.Equal(t, "PASS", m[w].result, "%s: %s\n%s", w, m[w].detail, log)
 	}
+
+	require.Contains(t, m["nvidia-smi dmon reference trace as root"].detail, "dmon -s pucmt,")
 
 	// Failures and skips carry the test's own words.
 	require.Equal(t, "FAIL", m["[copy] TestRealGPUUnderLoad as root"].result)
@@ -460,7 +468,7 @@ func TestCheckRealGPUScriptBudget(t *testing.T) {
 	const budget = 40
 	r := newScriptRun(t, scriptOptions{env: []string{
 		"GPUCHECK_BUDGET_S=" + strconv.Itoa(budget), "GPUCHECK_RESERVE_END_S=2", "GPUCHECK_RESERVE_XID_S=14",
-		"GPUCHECK_STEP_MIN_S=8", "GPUCHECK_TEST_MIN_S=3", "FAKE_TEST_SLEEP_fma=100",
+		"GPUCHECK_STEP_MIN_S=8", "GPUCHECK_TEST_MIN_S=3", "FAKE_TEST_SLEEP_fma=100", "FAKE_DMON_NO_T=1",
 	}})
 	start := time.Now()
 	code := r.exitCode(t)
@@ -470,6 +478,8 @@ func TestCheckRealGPUScriptBudget(t *testing.T) {
 	require.Less(t, took, (budget+8)*time.Second, "the script keeps to its budget (and the kill grace)\n%s", log)
 
 	m := byCheck(readSummary(t, filepath.Join(r.out, "summary.tsv")))
+	require.Equal(t, "PASS", m["nvidia-smi dmon reference trace as root"].result, "%s", log)
+	require.Contains(t, m["nvidia-smi dmon reference trace as root"].detail, "dmon -s pucm,", "without t where nvidia-smi refuses it")
 	require.Equal(t, "PASS", m["[idle] TestRealGPUUnderLoad as root"].result, "%s", log)
 	require.Equal(t, "PASS", m["[fma] TestRealGPUAgainstNvidiaSMI as root"].result, "%s", log)
 	cut := m["[fma] TestRealGPUUnderLoad as root"]
