@@ -510,31 +510,37 @@ dmon_rows() { grep -q '^#Date' "$raw/dmon.txt" 2>/dev/null && grep -qv '^#' "$ra
 # --- The realgpu test --------------------------------------------------------
 
 # test_rows LOG: the results of a go test -v log, one "RESULT<TAB>name<TAB>
-# detail" line each; the detail is a failure's or skip's first message
-# (testify's Messages and Error). A test that started but has no result
-# (the binary was killed) is NONE.
+# detail" line each. A failure's detail is testify's Messages and Error,
+# else the test's first message; a skip's is its last message (the
+# reason). A test that started but has no result (the binary was killed)
+# is NONE, with its last message.
 test_rows() {
   awk '
-    function keep(m) { if (!(cur in msg) || msg[cur] == "") msg[cur] = m }
-    /^=== (RUN|NAME|CONT) / { cur = $3; if ($2 == "RUN") { order[++n] = cur; started[cur] = 1 }; next }
+    /^=== (RUN|NAME|CONT) / { cur = $3; if ($2 == "RUN") order[++n] = cur; next }
     /^=== / { next }
     /^ *--- (PASS|FAIL|SKIP): / {
       res = $2; sub(/:$/, "", res); name = $3
       done[name] = 1
-      d = (name in msg) ? msg[name] : ""
-      if (name in tmsg) d = tmsg[name] (d != "" ? " (" d ")" : "")
+      d = ""
+      if (res == "SKIP") d = last[name]
+      else if (res == "FAIL") {
+        if (name in terr) d = (name in tmsg) ? tmsg[name] " (" terr[name] ")" : terr[name]
+        else d = first[name]
+      }
       print res "\t" name "\t" d
       next
     }
     cur == "" { next }
     /^[ \t]+[A-Za-z0-9_.]+\.go:[0-9]+: / {
       m = $0; sub(/^[ \t]+[A-Za-z0-9_.]+\.go:[0-9]+: /, "", m)
-      if (m ~ /^gpucheck:/) next
-      keep(m); next
+      if (m ~ /^gpucheck:/ || m ~ /^[ \t]*$/) next
+      if (!(cur in first)) first[cur] = m
+      last[cur] = m
+      next
     }
-    /^[ \t]+Error:[ \t]/ { m = $0; sub(/^[ \t]+Error:[ \t]+/, "", m); if (!(cur in terr)) { terr[cur] = m; keep(m) }; next }
+    /^[ \t]+Error:[ \t]/ { m = $0; sub(/^[ \t]+Error:[ \t]+/, "", m); if (!(cur in terr)) terr[cur] = m; next }
     /^[ \t]+Messages:[ \t]/ { m = $0; sub(/^[ \t]+Messages:[ \t]+/, "", m); if (!(cur in tmsg)) tmsg[cur] = m; next }
-    END { for (i = 1; i <= n; i++) if (!(order[i] in done)) print "NONE\t" order[i] "\t" ((order[i] in msg) ? msg[order[i]] : "") }
+    END { for (i = 1; i <= n; i++) if (!(order[i] in done)) print "NONE\t" order[i] "\t" last[order[i]] }
   ' "$1"
 }
 
@@ -741,8 +747,8 @@ run_agent() {
     record "[$load] agent: /metrics/gpu" "$user" SKIP "no gpuscope binary in $bindir"
     return 0
   }
-  t=$(cap 25)
-  if ((t < 10)); then
+  t=$(cap 15)
+  if ((t < 8)); then
     record "[$load] agent: /metrics/gpu" "$user" SKIP "time budget: $(left) s left"
     return 0
   fi

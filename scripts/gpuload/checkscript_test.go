@@ -578,6 +578,49 @@ exec `+mkdir+` "$@"
 	require.Contains(t, rawNames(t, filepath.Join(r.out, "raw.tar.gz")), "raw/env.txt")
 }
 
+// TestCheckScriptTestRows: the script's reading of go test -v output: a
+// skip's reason is its last message, a failure's testify's Messages and
+// Error or its first message, figures ("gpucheck:") are never a detail,
+// and a test killed before its result is NONE.
+func TestCheckScriptTestRows(t *testing.T) {
+	const log = `=== RUN   TestA
+=== RUN   TestA/sub
+    x_test.go:10: nvidia-smi compute apps: []
+    x_test.go:11: gpucheck: figure
+    x_test.go:12: the real skip reason
+=== RUN   TestA/dut
+    x_test.go:20: pmon trace: none
+    x_test.go:21: 
+        \tError Trace:\t/x
+        \tError:      \tMax difference between 25 and 50 allowed is 15
+        \tTest:       \tTestA/dut
+        \tMessages:   \tmean GPU_UTIL under duty
+=== RUN   TestA/errf
+    x_test.go:30: cycle 3: a ratio outside [0, 1]
+    x_test.go:31: cycle 4: another
+=== NAME  TestA/sub
+    x_test.go:13: said later
+=== RUN   TestB
+    x_test.go:40: started
+    x_test.go:41: still going
+--- FAIL: TestA (0.00s)
+    --- SKIP: TestA/sub (0.00s)
+    --- FAIL: TestA/dut (0.00s)
+    --- FAIL: TestA/errf (0.00s)
+`
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "test.log")
+	require.NoError(t, os.WriteFile(logPath, []byte(strings.ReplaceAll(log, `\t`, "\t")), 0o644))
+	script := `source <(sed -n '/^test_rows() {/,/^}/p' "$1") && test_rows "$2"`
+	out, err := exec.Command("bash", "-c", script, "bash", filepath.Join("..", "check-real-gpu.sh"), logPath).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "FAIL\tTestA\t\n"+
+		"SKIP\tTestA/sub\tsaid later\n"+
+		"FAIL\tTestA/dut\tmean GPU_UTIL under duty (Max difference between 25 and 50 allowed is 15)\n"+
+		"FAIL\tTestA/errf\tcycle 3: a ratio outside [0, 1]\n"+
+		"NONE\tTestB\tstill going\n", string(out))
+}
+
 // TestBuildGPUCheckSizeGuard: build-gpu-check.sh fails when the working
 // tree and the built folder would carry more than the limit.
 func TestBuildGPUCheckSizeGuard(t *testing.T) {
