@@ -236,7 +236,8 @@ func newScriptRun(t *testing.T, o scriptOptions) *scriptRun {
 		"PATH="+r.tools+":"+os.Getenv("PATH"),
 		"LD_LIBRARY_PATH="+filepath.Dir(lib),
 		"PYTHONPATH="+pythonPath,
-		"GPULOAD_MAIN=1", // the copied test binary is gpuload
+		"GPULOAD_MAIN=1",            // the copied test binary is gpuload
+		"PYTHONDONTWRITEBYTECODE=1", // no __pycache__ beside the stand-in torch
 		"FAKE_DMESG_STATE="+filepath.Join(t.TempDir(), "dmesg-called"),
 		"GPUCHECK_SETTLE_S=0",
 		r.marker,

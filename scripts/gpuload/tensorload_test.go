@@ -20,7 +20,7 @@ func tensorload(t *testing.T, stub bool, env []string, args ...string) result {
 	t.Helper()
 	py := python3(t)
 	cmd := exec.Command(py, append([]string{"tensorload.py"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...) // no __pycache__ in the tree
 	if stub {
 		cmd.Env = append(cmd.Env, "PYTHONPATH="+torchStub(t))
 	} else {
@@ -100,7 +100,7 @@ func TestTensorLoadRuns(t *testing.T) {
 // SIGTERM and wants exit 0.
 func TestTensorLoadStopsOnSIGTERM(t *testing.T) {
 	cmd := exec.Command(python3(t), "tensorload.py", "--duration", "60")
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+torchStub(t))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+torchStub(t), "PYTHONDONTWRITEBYTECODE=1")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
