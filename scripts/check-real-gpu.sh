@@ -12,14 +12,16 @@
 # (timeout, stdbuf), setpriv or runuser, and python3 (torch optional).
 # It changes no GPU setting: no -pm, no MIG, no clocks, no reset.
 #
-# How to run it on a lent GPU machine (the device tool; ~35 MiB carried):
+# How to run it on a lent GPU machine (the device tool; 26 MiB carried as
+# measured: the tree 3 MiB, .gpucheck 23 MiB):
 #
 #   scripts/build-gpu-check.sh            # here: builds .gpucheck/, fails over 60 MiB
 #   run(command="OUT=$OUT scripts/check-real-gpu.sh .gpucheck",
 #       carry=[".gpucheck"], timeout_s=480)
 #
-# The script stops itself within GPUCHECK_BUDGET_S (default 420) plus a few
-# seconds; the tool's timeout is a backstop. Even if the run is killed
+# The script stops itself within GPUCHECK_BUDGET_S (default 420) plus the
+# 5 s kill grace; the tool's timeout is a backstop. GPUCHECK_BUDGET_S=300
+# with timeout_s=400 if the device time left is short. Even if the run is killed
 # (SIGKILL), $OUT keeps summary.tsv (a row appended as each is recorded),
 # check.log (every line as it is logged), report.txt and raw/ (both brought
 # up to date after every step).
@@ -62,15 +64,16 @@
 # fma: SM_ACTIVE > 0.9, PIPE_TENSOR < 0.05, DRAM < 0.1; tensor:
 # PIPE_TENSOR > 0.5; h2d/d2h: PROF_PCIE within ±25 % of the measured
 # copy rate and NVML's cycle-1 KB/s x 1024 within ±25 % of GPM; duty: the
-# container SM share about 25 % of the fma's; xid: XID 13/31/43 counted
-# once, as root and as nobody.
+# container SM share about 25 % of the fma's (±10 points: the interval
+# average its HELP promises, R4); xid: XID 13/31/43 counted once, as root
+# and as nobody.
 #
 # Output in $OUT (default ./gpucheck-out):
 #
 #   summary.tsv  one row per check: t_s, check, user, result, detail.
 #                t_s: seconds since the start; check: "[load] Test/subtest"
 #                for the realgpu test's results, or what the script itself
-#                checked ("gpuload fma starts", "[fma] agent: cycles
+#                checked ("fma load starts", "[fma] agent: cycles
 #                advance", "step fma", ...); user: root or GPUCHECK_USER;
 #                result: PASS, FAIL, SKIP (not run, with why), CUT (the
 #                time budget stopped it) or INFO (a figure or a fact, not a
