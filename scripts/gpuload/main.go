@@ -1,21 +1,41 @@
 // Command gpuload puts a known load on one NVIDIA GPU, for gpuscope's
 // hardware check (scripts/check-real-gpu.sh). It needs no CUDA toolkit:
 // it opens the driver's own libcuda.so.1 at run time (dlopen, as go-nvml
-// opens NVML) and has the driver JIT-compile its kernel from PTX text.
+// opens NVML) and has the driver JIT-compile its kernels from PTX text.
 //
-//	gpuload -mode fma|copy|alloc [-duration 60s] [-device 0] [-bytes 2GiB]
+//	gpuload -mode MODE [-duration 60s] [-device 0] [-bytes 2GiB] [-on 100ms -off 300ms]
 //
 // Modes:
 //
-//	fma    an FMA loop on every SM, launched back to back: GPU_UTIL and
-//	       PROF_GR_ENGINE_ACTIVE near 100 %
+//	fma    an FP32 FMA loop on every SM, launched back to back: GPU_UTIL,
+//	       PROF_GR_ENGINE_ACTIVE and PROF_SM_ACTIVE near 100 %, the tensor
+//	       pipe and device memory idle
+//	mma    a bf16 mma.sync loop (tensor cores; compute capability 8.0 or
+//	       later) on every SM, launched back to back: PROF_PIPE_TENSOR_ACTIVE up
 //	copy   device-to-device copies between two buffers of -bytes/2 each:
 //	       PROF_DRAM_ACTIVE up
+//	h2d    copies from a pinned host buffer (cuMemAllocHost) of -bytes to
+//	       the device: PCIe receive (PROF_PCIE_RX_BYTES) at the link's rate
+//	d2h    the same from the device to the host: PCIe transmit
 //	alloc  -bytes allocated, written once and held: the process's GPU memory
+//	duty   the FMA kernel for -on, then nothing for -off, over and over:
+//	       a GPU busy -on/(-on + -off) of the time (25 % by default)
+//	xid    one thread stores to an unmapped device address, once: the
+//	       context dies with CUDA_ERROR_ILLEGAL_ADDRESS and the driver
+//	       raises an XID (31, MMU fault, on current GPUs); other contexts
+//	       and the GPU are unaffected. The hardware check runs it last.
 //
 // Once the load runs it prints one line "gpuload: ready pid=<pid> ..." on
 // standard output; it stops when the duration has passed or on SIGTERM or
-// SIGINT, frees what it took, prints "gpuload: done ..." and exits 0.
+// SIGINT, frees what it took, prints "gpuload: done ..." and exits 0. The
+// copy, h2d, d2h and duty modes also print, about once a second, what they
+// measured since the previous such line:
+//
+//	gpuload: rate t=<Unix seconds> mode=<mode> bytes_per_s=<n>   copy (read + write), h2d, d2h
+//	gpuload: rate t=<Unix seconds> mode=duty busy=<0..1>          the fraction of time a kernel ran
+//
+// The xid mode prints "gpuload: done mode=xid ... error=<CUDA error>" and
+// exits 0 once the fault is reported, 1 if the store did not fault.
 //
 // Exit codes: 0 done, 1 CUDA failed, 2 bad arguments, 3 the driver library
 // cannot be loaded (no NVIDIA driver).
@@ -29,6 +49,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,12 +66,25 @@ const (
 
 const (
 	modeFMA   = "fma"
+	modeMMA   = "mma"
 	modeCopy  = "copy"
+	modeH2D   = "h2d"
+	modeD2H   = "d2h"
 	modeAlloc = "alloc"
+	modeDuty  = "duty"
+	modeXID   = "xid"
 
 	defaultLib   = "libcuda.so.1"
 	defaultBytes = 2 << 30
 )
+
+// modes in the order the usage lists them.
+var modes = []string{modeFMA, modeMMA, modeCopy, modeH2D, modeD2H, modeAlloc, modeDuty, modeXID}
+
+// usesBytes says whether a mode takes -bytes.
+func usesBytes(mode string) bool {
+	return mode == modeCopy || mode == modeH2D || mode == modeD2H || mode == modeAlloc
+}
 
 type options struct {
 	mode     string
@@ -58,6 +92,7 @@ type options struct {
 	device   int
 	bytes    uint64
 	lib      string
+	on, off  time.Duration // duty mode
 }
 
 // driverError says that the driver library could not be loaded.
@@ -105,11 +140,13 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	o := options{bytes: defaultBytes}
 	bytes := byteSize(defaultBytes)
-	fs.StringVar(&o.mode, "mode", "", "load: fma (SMs busy), copy (device memory bandwidth) or alloc (memory held)")
+	fs.StringVar(&o.mode, "mode", "", "load: fma (SMs busy), mma (tensor cores), copy (device memory bandwidth), h2d or d2h (PCIe), alloc (memory held), duty (fma -on, idle -off) or xid (one faulting store)")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "how long to run the load")
 	fs.IntVar(&o.device, "device", 0, "CUDA device ordinal")
-	fs.Var(&bytes, "bytes", "memory to allocate: held in alloc mode, split in two copy buffers in copy mode (e.g. 2GiB)")
+	fs.Var(&bytes, "bytes", "memory to allocate: held in alloc mode, split in two copy buffers in copy mode, the pinned host buffer and its device twin in h2d and d2h (e.g. 2GiB)")
 	fs.StringVar(&o.lib, "lib", defaultLib, "the CUDA driver library to open")
+	fs.DurationVar(&o.on, "on", 100*time.Millisecond, "duty mode: how long each burst of the FMA kernel runs")
+	fs.DurationVar(&o.off, "off", 300*time.Millisecond, "duty mode: how long the GPU is left idle after each burst")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -117,14 +154,26 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case o.mode != modeFMA && o.mode != modeCopy && o.mode != modeAlloc:
-		return o, fmt.Errorf("-mode must be fma, copy or alloc, got %q", o.mode)
+	case !slices.Contains(modes, o.mode):
+		return o, fmt.Errorf("-mode must be %s or %s, got %q", strings.Join(modes[:len(modes)-1], ", "), modes[len(modes)-1], o.mode)
 	case o.duration <= 0:
 		return o, fmt.Errorf("-duration must be positive, got %s", o.duration)
 	case o.device < 0:
 		return o, fmt.Errorf("-device must be 0 or more, got %d", o.device)
-	case o.bytes < 2<<20 && o.mode != modeFMA:
+	case o.bytes < 2<<20 && usesBytes(o.mode):
 		return o, fmt.Errorf("-bytes must be at least 2MiB, got %d", o.bytes)
+	case o.on < time.Millisecond:
+		return o, fmt.Errorf("-on must be at least 1ms, got %s", o.on)
+	case o.off < 0:
+		return o, fmt.Errorf("-off must not be negative, got %s", o.off)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case (set["on"] || set["off"]) && o.mode != modeDuty:
+		return o, fmt.Errorf("-on and -off are for -mode duty, not %s", o.mode)
+	case set["bytes"] && !usesBytes(o.mode):
+		return o, fmt.Errorf("-bytes is for -mode copy, h2d, d2h or alloc, not %s", o.mode)
 	}
 	return o, nil
 }
