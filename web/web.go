@@ -83,6 +83,9 @@ type Handler struct {
 
 	started    time.Time
 	dashboards *dashboards.Set // set by MountDashboards, before Run
+	// alerts is the embedded Alertmanager's API, whose alerts endpoint the
+	// self listener serves too (set by MountAlertmanager, before Run).
+	alerts http.Handler
 }
 
 // New builds the handler and its routes.
@@ -255,7 +258,7 @@ func (h *Handler) Run(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(h.opts.Logger.Handler(), slog.LevelError),
 	}
-	self := &http.Server{Handler: h.metricsMux, ReadHeaderTimeout: 30 * time.Second}
+	self := &http.Server{Handler: h.selfHandler(), ReadHeaderTimeout: 30 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() {
