@@ -54,6 +54,10 @@ const (
 
 // Options configure the embedded Alertmanager.
 type Options struct {
+	// Logger is the process's: the parts are named (component
+	// alertmanager, alertmanager nflog, alertmanager silences,
+	// alertmanager api; the dispatcher and the alert provider add their
+	// own below alertmanager).
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Dir holds the silences and the notification log
@@ -154,15 +158,18 @@ func New(o Options) (*Alertmanager, error) {
 	if err := os.MkdirAll(o.Dir, 0o777); err != nil {
 		return nil, fmt.Errorf("create alertmanager directory: %w", err)
 	}
+	logger := o.Logger.With("component", "alertmanager")
 	// Receiver names in the notification metrics: which receiver fails is
-	// what a user asks first, and gpuscope has few.
-	flags, err := featurecontrol.NewFlags(o.Logger, featurecontrol.FeatureReceiverNameInMetrics)
+	// what a user asks first, and gpuscope has few. Alertmanager warns at
+	// every start that the flag is experimental; here it is no user's
+	// choice, so not logged.
+	flags, err := featurecontrol.NewFlags(slog.New(slog.DiscardHandler), featurecontrol.FeatureReceiverNameInMetrics)
 	if err != nil {
 		return nil, fmt.Errorf("alertmanager features: %w", err)
 	}
 	a := &Alertmanager{
 		opts:        o,
-		logger:      o.Logger,
+		logger:      logger,
 		flags:       flags,
 		groupMarker: marker.NewGroupMarker(),
 		startTime:   time.Now(),
@@ -172,7 +179,7 @@ func New(o Options) (*Alertmanager, error) {
 	a.nflog, err = nflog.New(nflog.Options{
 		SnapshotFile: filepath.Join(o.Dir, "nflog"),
 		Retention:    o.Retention,
-		Logger:       o.Logger.With("component", "nflog"),
+		Logger:       o.Logger.With("component", "alertmanager nflog"),
 		Metrics:      o.Registerer,
 	})
 	if err != nil {
@@ -182,7 +189,7 @@ func New(o Options) (*Alertmanager, error) {
 	a.silences, err = silence.New(silence.Options{
 		SnapshotFile: filepath.Join(o.Dir, "silences"),
 		Retention:    o.Retention,
-		Logger:       o.Logger.With("component", "silences"),
+		Logger:       o.Logger.With("component", "alertmanager silences"),
 		Metrics:      o.Registerer,
 		// Silences are set and expired by hand, rarely: each is logged,
 		// as Alertmanager does with --log.level=debug.
@@ -193,7 +200,7 @@ func New(o Options) (*Alertmanager, error) {
 		return nil, fmt.Errorf("load silences: %w", err)
 	}
 	a.silencesFile = &stateFile{path: filepath.Join(o.Dir, "silences"), snapshot: a.silences.Snapshot}
-	a.silencer = silence.NewSilencer(a.silences, o.Logger, a.recorder)
+	a.silencer = silence.NewSilencer(a.silences, a.logger, a.recorder)
 	a.pipelineBuilder = notify.NewPipelineBuilder(o.Registerer, flags, a.recorder)
 	a.dispatchMetrics = dispatch.NewDispatcherMetrics(false, o.Registerer, flags)
 	a.metrics = newMetrics(o.Registerer)
@@ -277,7 +284,7 @@ func (a *Alertmanager) apply(inst *instance, b *built) {
 		func(d time.Duration) time.Duration { return max(d, notify.MinTimeout) },
 		a.opts.DispatchMaintenanceInterval,
 		nil,
-		a.logger.With("component", "dispatcher"),
+		a.logger, // it adds component=dispatcher
 		a.recorder,
 		a.dispatchMetrics,
 		b.tmpl,
@@ -335,7 +342,7 @@ func (a *Alertmanager) start(ctx context.Context) (*instance, error) {
 		Alerts:          alerts,
 		Silences:        a.silences,
 		GroupMutedFunc:  a.groupMarker.Muted,
-		Logger:          a.logger.With("component", "api"),
+		Logger:          a.opts.Logger.With("component", "alertmanager api"),
 		Registry:        a.opts.Registerer,
 		RequestDuration: a.metrics.requestDuration,
 		GroupFunc: func(ctx context.Context, routeFilter func(*dispatch.Route) bool, alertFilter func(*types.Alert, time.Time) bool) (dispatch.AlertGroups, map[model.Fingerprint][]string, error) {
