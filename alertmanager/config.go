@@ -329,20 +329,15 @@ func (c *Config) Receivers() []string {
 // a receiver that can send.
 func (c *Config) Reaches() bool { return len(c.Receivers()) > 0 }
 
-// Nobody says why no alert reaches anyone and how to fix that; "" when
-// one can.
+// Nobody says why no alert reaches anyone; "" when one can.
 func (c *Config) Nobody() string {
 	if c.Reaches() {
 		return ""
 	}
-	named := 0
 	for _, r := range c.Alertmanager.Receivers {
 		if r.Name != Nobody || !c.DefaultRoute {
-			named++
+			return "no receiver the routes lead to has a notifier (webhook_configs, email_configs, slack_configs, ...)"
 		}
 	}
-	if named == 0 {
-		return "the alertmanager: section has no receivers: add one (e.g. receivers: [{name: ops, webhook_configs: [{url: http://...}]}]), README \"Notifications\""
-	}
-	return "no receiver the routes lead to has a notifier: give one webhook_configs, email_configs, slack_configs or another integration"
+	return "the alertmanager: section has no receivers"
 }

@@ -31,7 +31,7 @@ func TestLoad(t *testing.T) {
 				require.Len(t, c.Alertmanager.Receivers, 1)
 				require.False(t, c.Reaches())
 				require.Empty(t, c.Receivers())
-				require.Contains(t, c.Nobody(), "has no receivers")
+				require.Equal(t, "the alertmanager: section has no receivers", c.Nobody())
 			},
 		},
 		{
