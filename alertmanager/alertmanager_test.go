@@ -444,3 +444,23 @@ func TestHandlerBeforeAndAfterRun(t *testing.T) {
 	code, _ = r.do(http.MethodGet, "/api/v2/status", nil)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 }
+
+// TestApplyConfigWhileRunning: a receiver added while alerts are held
+// gets them; the alerts stay across the swap.
+func TestApplyConfigWhileRunning(t *testing.T) {
+	h := newHook(t)
+	am := startAM(t, t.TempDir(), "")
+	am.post(gpuAlert("GPUMemoryAlmostFull", "critical", "0"))
+	require.False(t, am.am.Reaches())
+	c, err := Load(fastRoute(h.srv.URL), "")
+	require.NoError(t, err)
+	require.NoError(t, am.am.ApplyConfig(c))
+	require.True(t, am.am.Reaches())
+	eventually(t, "the held alert sent to the new receiver", func() error {
+		if len(h.messages()) == 0 {
+			return fmt.Errorf("not sent")
+		}
+		return nil
+	})
+	require.Len(t, am.alerts(), 1)
+}
