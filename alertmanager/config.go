@@ -83,7 +83,12 @@ func Load(text, dir string) (*Config, error) {
 	_ = yaml.Unmarshal([]byte(text), &s)
 
 	cfg, err := amconfig.Load(text)
-	c := &Config{Alertmanager: cfg, Text: strings.TrimLeft(text, "\n")}
+	// The text as a file of its own: without the blank lines that stand
+	// for the rest of gpuscope.yml.
+	c := &Config{Alertmanager: cfg, Text: strings.Trim(text, "\n") + "\n"}
+	if strings.TrimSpace(text) == "" {
+		c.Text = ""
+	}
 	if empty(s.Route) && (err == nil || err.Error() == errNoRoute || strings.TrimSpace(text) == "") {
 		// Every check Alertmanager makes before the route's passed; the
 		// text with the default route is loaded again.

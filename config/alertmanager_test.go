@@ -37,6 +37,9 @@ func TestLoadAlertmanager(t *testing.T) {
 			require.False(t, c.DefaultRoute)
 			require.Equal(t, "# comment\nroute:\n  receiver: ops\n\nreceivers:\n  - name: ops\n    webhook_configs:\n      - url: http://hook/\n", c.Text)
 		}},
+		{"a route, between other sections: the text is the section's", "global: {}\nalertmanager:\n  route: {receiver: ops}\n  receivers: [{name: ops}]\n\ngpu:\n  backend: none\n", func(t *testing.T, c *alertmanager.Config) {
+			require.Equal(t, "route: {receiver: ops}\nreceivers: [{name: ops}]\n", c.Text)
+		}},
 		{"flow style", "alertmanager: {route: {receiver: ops}, receivers: [{name: ops, webhook_configs: [{url: 'http://hook/'}]}]}\n", func(t *testing.T, c *alertmanager.Config) {
 			require.Equal(t, "ops", c.Alertmanager.Route.Receiver)
 		}},

@@ -87,16 +87,21 @@ func embeddedAlerts(p *process) (map[string][]*models.GettableAlert, error) {
 // notification for both memory-bound GPUs' alert), the real amtool
 // silences, lists and expires against gpuscope's URL, a silenced alert is
 // suppressed and never sent, the exported config passes amtool
-// check-config, and the delivery counters are stored while the
-// Alertmanager's internals are not (the series diet).
+// check-config, a receiver that is down is retried and counted, and the
+// delivery counters are stored while the Alertmanager's internals are not
+// (the series diet).
 func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
 	t.Parallel()
 	hook := newWebhook(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // a receiver that is down: connection refused
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, embeddedConfig(fmt.Sprintf(`  receivers:
     - name: ops
       webhook_configs: [{url: %q}]
-`, hook.srv.URL), "memory-bound", "memory-bound", "thermal"))
+    - name: down
+      webhook_configs: [{url: %q}]
+`, hook.srv.URL, down.URL), "memory-bound", "memory-bound", "thermal"))
 	started := time.Now()
 	p := serve(t, "", "--config.file="+cfg, "--rules.alert.resend-delay=2s")
 
@@ -179,19 +184,26 @@ func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
 	check, err := exec.Command(neighbourTools(t).Amtool, "check-config", exported).CombinedOutput()
 	require.NoError(t, err, "%s", check)
 	require.Contains(t, string(check), "SUCCESS")
-	require.Contains(t, string(check), "1 receivers")
+	require.Contains(t, string(check), "2 receivers")
 
-	// Delivery is counted and stored; the internals are not (the diet).
-	eventually(t, 15*time.Second, "notifications counted and stored", func() error {
-		v, err := p.instant(`sum(alertmanager_notifications_total{integration="webhook",receiver_name="ops"})`)
-		if err != nil {
-			return err
-		}
-		if len(v) != 1 || v[0].Value < 1 {
-			return fmt.Errorf("alertmanager_notifications_total %v", v)
-		}
-		return nil
-	})
+	// Delivery is counted and stored, the receiver that is down retried
+	// with back-off; the internals are not stored (the diet).
+	for q, least := range map[string]float64{
+		`sum(alertmanager_notifications_total{integration="webhook",receiver_name="ops"})`:                 1,
+		`sum(alertmanager_notification_requests_failed_total{integration="webhook",receiver_name="ops"})`:  0,
+		`sum(alertmanager_notification_requests_failed_total{integration="webhook",receiver_name="down"})`: 2,
+	} {
+		eventually(t, 15*time.Second, q, func() error {
+			v, err := p.instant(q)
+			if err != nil {
+				return err
+			}
+			if len(v) != 1 || float64(v[0].Value) < least || (least == 0 && v[0].Value != 0) {
+				return fmt.Errorf("%v", v)
+			}
+			return nil
+		})
+	}
 	for _, q := range []string{`alertmanager_silences{state="expired"}`, `alertmanager_alerts{state="active"}`} {
 		v, err := p.instant(q)
 		require.NoError(t, err)
