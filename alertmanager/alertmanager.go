@@ -311,10 +311,10 @@ func (a *Alertmanager) apply(inst *instance, b *built) {
 // dispatcher and writes the state a last time. It needs a config applied
 // first (ApplyConfig). An Alertmanager runs once.
 func (a *Alertmanager) Run(ctx context.Context) error {
-	defer close(a.done)
 	if !a.ran.CompareAndSwap(false, true) {
 		return errors.New("alertmanager: Run called twice")
 	}
+	defer close(a.done)
 	inst, err := a.start(ctx)
 	if err != nil {
 		return err

@@ -464,3 +464,9 @@ func TestApplyConfigWhileRunning(t *testing.T) {
 	})
 	require.Len(t, am.alerts(), 1)
 }
+
+// TestRunOnce: an Alertmanager runs once; a second Run says so.
+func TestRunOnce(t *testing.T) {
+	r := startAM(t, t.TempDir(), "")
+	require.ErrorContains(t, r.am.Run(context.Background()), "Run called twice")
+}

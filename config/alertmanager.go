@@ -27,13 +27,12 @@ import (
 // alertmanagerKey is the section's key.
 const alertmanagerKey = "alertmanager"
 
-// alertmanagerNode keeps the section as written, for loadAlertmanager.
-type alertmanagerNode struct{ node *yaml.Node }
+// alertmanagerNode makes the section a key the decoder of gpuscope's
+// sections knows, and takes it as it is: loadAlertmanager reads it, from
+// the file's lines, with Alertmanager's loader.
+type alertmanagerNode struct{}
 
-func (n *alertmanagerNode) UnmarshalYAML(v *yaml.Node) error {
-	n.node = v
-	return nil
-}
+func (*alertmanagerNode) UnmarshalYAML(*yaml.Node) error { return nil }
 
 var alertmanagerNodeType = reflect.TypeFor[alertmanagerNode]()
 
