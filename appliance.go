@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/alertmanager"
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/dashboards"
 	"github.com/gpuscope/gpuscope/doctor"
@@ -57,6 +59,7 @@ type appliance struct {
 	// query
 	parser   parser.Parser
 	engine   *query.Engine
+	am       *alertmanager.Alertmanager
 	notifier *rules.Notifier
 	rules    *rules.Manager
 	reporter *accounting.Reporter
@@ -150,19 +153,32 @@ func (a *appliance) buildQuery() error {
 	if err != nil {
 		return err
 	}
+	externalURL, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.listener.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		return err
+	}
+	// The embedded Alertmanager keeps its silences and notification log
+	// beside the TSDB.
+	a.am, err = alertmanager.New(alertmanager.Options{
+		Logger:      a.logger, // it names its parts: alertmanager, alertmanager nflog, ...
+		Registerer:  a.registry,
+		Dir:         filepath.Join(a.s.dataDir, "alertmanager"),
+		ExternalURL: externalURL,
+	})
+	if err != nil {
+		return err
+	}
 	// Alert delivery has its own discovery of Alertmanagers, sharing the
-	// service discovery metrics with scraping as in Prometheus.
+	// service discovery metrics with scraping as in Prometheus; the
+	// embedded one is reached over the self listener.
 	a.notifier, err = rules.NewNotifier(rules.NotifierOptions{
 		Logger:          a.logger, // it names its parts: notifier, discovery manager notify
 		Registerer:      a.registry,
 		SDMetrics:       a.sdMetrics,
 		QueueCapacity:   f.notificationQueue,
 		DrainOnShutdown: f.drainNotifications,
+		Embedded:        &rules.Embedded{Address: a.self.Address(), Dial: a.self.Dial},
 	})
-	if err != nil {
-		return err
-	}
-	externalURL, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.listener.Addr().(*net.TCPAddr).Port)
 	if err != nil {
 		return err
 	}
@@ -261,6 +277,7 @@ func (a *appliance) buildWeb() error {
 		Registerer: a.registry,
 	})
 	a.web.MountDashboards(boards)
+	a.web.MountAlertmanager(a.am.Handler())
 	a.collectors.mount(a.web)
 	return nil
 }
@@ -340,7 +357,12 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	}
 	r.start("scrape", a.scraper.Run)
 	// The rule manager stops before the notifier, which then sends what
-	// the last evaluations queued.
+	// the last evaluations queued, to the Alertmanagers and the embedded
+	// one, which stops last and is up before the first alert is sent.
+	r.start("alertmanager", a.am.Run)
+	if err := a.am.WaitReady(ctx); err != nil {
+		return fmt.Errorf("start alertmanager: %w", err)
+	}
 	r.start("notify", a.notifier.Run)
 	r.start("rules", a.rules.Run)
 

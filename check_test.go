@@ -70,7 +70,22 @@ func TestCheckConfig(t *testing.T) {
 		{
 			name:   "unknown section",
 			input:  "grafana:\n  url: http://grafana:3000\n",
-			stderr: "FAILED: @:1: grafana: unknown section (want one of accounting, alerting, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web)\n",
+			stderr: "FAILED: @:1: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web)\n",
+		},
+		{
+			name:   "alertmanager section",
+			input:  "alertmanager:\n  receivers:\n    - name: ops\n      webhook_configs: [{url: 'http://hook.example/'}]\n",
+			stdout: "SUCCESS: @ is valid gpuscope config\n",
+		},
+		{
+			name:   "undefined receiver in the alertmanager section",
+			input:  "alertmanager:\n  route:\n    receiver: pager\n  receivers:\n    - name: ops\n",
+			stderr: `FAILED: @:3: alertmanager.route.receiver: undefined receiver "pager" used in route` + "\n",
+		},
+		{
+			name:   "unknown key in the alertmanager section",
+			input:  "alertmanager:\n  receivers:\n    - name: ops\n      webhook_config: [{url: 'http://hook.example/'}]\n",
+			stderr: "FAILED: @:4: alertmanager.receivers[0].webhook_config: unknown key (did you mean webhook_configs?)\n",
 		},
 		{
 			name:   "listen address without a port",

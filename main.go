@@ -58,6 +58,7 @@ func main() {
 		rulesExportCommand(app),
 		dashboardsExportCommand(app),
 		grafanaProvisionCommand(app),
+		alertmanagerExportCommand(app),
 		workloadsCommand(app),
 		doctorCommand(app),
 		versionCommand(app),

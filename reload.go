@@ -84,6 +84,7 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 			return nil
 		}},
 		{"scrape", a.scraper.ApplyConfig},
+		{"alertmanager", func(*promconfig.Config) error { return a.am.ApplyConfig(cfg.Alertmanager) }},
 		{"notify", a.notifier.ApplyConfig},
 		{"rules", func(c *promconfig.Config) error { return a.rules.ApplyConfig(c, cfg.Rules) }},
 	}

@@ -27,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/alertmanager"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/rules"
 	"github.com/gpuscope/gpuscope/scrape"
@@ -67,6 +68,10 @@ type Config struct {
 	// SelfMetrics says which of the process's own families /metrics
 	// exposes, and so which the built-in gpuscope job stores.
 	SelfMetrics SelfMetrics
+	// Alertmanager is the embedded Alertmanager's config, the
+	// alertmanager: section (an alertmanager.yml); never nil. Without the
+	// section, alerts are kept and sent to nobody.
+	Alertmanager *alertmanager.Config
 
 	// File is the path the config came from; empty for the embedded default.
 	File string
@@ -170,6 +175,8 @@ type own struct {
 	Rules       rules.Config      `yaml:"rules"`
 	Accounting  accounting.Config `yaml:"accounting"`
 	SelfMetrics SelfMetrics       `yaml:"self_metrics"`
+	// Alertmanager is read by loadAlertmanager, with Alertmanager's loader.
+	Alertmanager alertmanagerNode `yaml:"alertmanager"`
 }
 
 // SelfMetrics is the `self_metrics:` section.
@@ -223,6 +230,7 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 			cfg.Warnings = append(cfg.Warnings, w.Error())
 		}
 	}
+	cfg.Warnings = append(cfg.Warnings, alertmanagerWarnings(cfg.Alertmanager, path, root)...)
 	return cfg, nil
 }
 
@@ -302,18 +310,23 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 			return nil, nil, s.errorFor(file, err, false)
 		}
 	}
+	am, err := loadAlertmanager(data, file, parts.root, &s)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	return &Config{
-		Prometheus:  promCfg,
-		Cadvisor:    o.Cadvisor,
-		GPU:         o.GPU,
-		Web:         o.Web,
-		Nodes:       o.Nodes,
-		Rules:       o.Rules,
-		Accounting:  o.Accounting,
-		SelfMetrics: o.SelfMetrics,
-		File:        file,
-		root:        parts.root,
+		Prometheus:   promCfg,
+		Cadvisor:     o.Cadvisor,
+		GPU:          o.GPU,
+		Web:          o.Web,
+		Nodes:        o.Nodes,
+		Rules:        o.Rules,
+		Accounting:   o.Accounting,
+		SelfMetrics:  o.SelfMetrics,
+		Alertmanager: am,
+		File:         file,
+		root:         parts.root,
 	}, parts.root, nil
 }
 

@@ -119,6 +119,13 @@ func walkFile(root *yaml.Node) *schema {
 			continue
 		}
 		t, ok := ownFields.types[k.Value]
+		if t == alertmanagerNodeType {
+			// An alertmanager.yml, read by Alertmanager's loader (yaml.v2).
+			t = alertmanagerShape(true)
+			s.places = append(s.places, place{path: k.Value, key: k, value: v, typ: t, parent: ownT, v2: true})
+			s.walk(v, t, k.Value, true)
+			continue
+		}
 		s.places = append(s.places, place{path: k.Value, key: k, value: v, typ: t, parent: ownT})
 		if !ok {
 			s.fail(k.Line, k.Value, unknownKey(k.Value, topLevelKeys(), true))

@@ -1,6 +1,7 @@
 // Package doctor checks what gpuscope needs from the machine it runs on:
 // the NVIDIA driver and its GPUs, privileges and namespaces, cgroups, the
-// container runtimes' sockets, the data directory, the listen port, and,
+// container runtimes' sockets, the data directory, the listen port,
+// whether alerts reach anyone, and,
 // when a gpuscope is running, whether it sees containers, scrapes its
 // targets and agrees on the time with its nodes. `gpuscope doctor` prints
 // the checks; the overview page shows them as its Health block.
@@ -144,6 +145,7 @@ func groups() []group {
 		runtimeChecks,
 		storageChecks,
 		listenChecks,
+		alertChecks,
 		applianceChecks,
 		clockChecks,
 	}

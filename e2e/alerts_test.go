@@ -214,8 +214,12 @@ gpu:
 	}
 	ams, err := p.api().AlertManagers(ctx)
 	require.NoError(t, err)
-	require.Len(t, ams.Active, 1)
-	require.Equal(t, am.srv.URL+"/api/v2/alerts", ams.Active[0].URL)
+	var urls []string
+	for _, a := range ams.Active {
+		urls = append(urls, a.URL)
+	}
+	// And the embedded Alertmanager, at gpuscope's own port.
+	require.ElementsMatch(t, []string{am.srv.URL + "/api/v2/alerts", "http://localhost:" + p.URL[strings.LastIndex(p.URL, ":")+1:] + "/api/v2/alerts"}, urls)
 
 	// The storage failures the meta rules watch are all exported.
 	v, err := p.instant(`count({job="gpuscope",__name__=~"prometheus_tsdb_(compactions_failed|reloads_failures|wal_writes_failed|wal_corruptions|wal_truncations_failed|checkpoint_creations_failed|head_truncations_failed|mmap_chunk_corruptions)_total"})`)

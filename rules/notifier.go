@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
@@ -31,14 +34,32 @@ type NotifierOptions struct {
 	QueueCapacity int
 	// DrainOnShutdown sends the queued alerts before Run returns.
 	DrainOnShutdown bool
+	// Embedded is the Alertmanager inside this process (serve's); nil
+	// for none.
+	Embedded *Embedded
+}
+
+// Embedded is an Alertmanager reached over an in-memory listener. The
+// notifier sends to it as to those of alerting.alertmanagers (one more
+// Alertmanager set, added to every config, listed in
+// /api/v1/alertmanagers and counted in prometheus_notifications_*), so
+// that resends, external labels, alert relabelling and the queue are
+// Prometheus's, and only the connection differs: requests for Address
+// dial Dial instead of the network.
+type Embedded struct {
+	// Address is the host:port the set's URL names: gpuscope's own, where
+	// the same API is served to others.
+	Address string
+	Dial    func(ctx context.Context) (net.Conn, error)
 }
 
 // Notifier delivers alerts to the Alertmanagers of the config's
 // alerting.alertmanagers (API v2), found by their own service discovery,
-// with the global external_labels added.
+// and to the embedded one, with the global external_labels added.
 type Notifier struct {
-	manager *notifier.Manager
-	targets *discovery.Feeder
+	manager  *notifier.Manager
+	targets  *discovery.Feeder
+	embedded *Embedded
 }
 
 // NewNotifier creates the notifier and its discovery; Run starts them.
@@ -62,8 +83,29 @@ func NewNotifier(o NotifierOptions) (*Notifier, error) {
 		QueueCapacity:   o.QueueCapacity,
 		DrainOnShutdown: o.DrainOnShutdown,
 		Registerer:      o.Registerer,
+		Do:              do(o.Embedded),
 	}, model.UTF8Validation, o.Logger.With("component", "notifier"))
-	return &Notifier{manager: m, targets: feed}, nil
+	return &Notifier{manager: m, targets: feed, embedded: o.Embedded}, nil
+}
+
+// do sends a notifier request as Prometheus does, except that one for
+// the embedded Alertmanager goes over its in-memory connection.
+func do(e *Embedded) func(context.Context, *http.Client, *http.Request) (*http.Response, error) {
+	var self *http.Client
+	if e != nil {
+		self = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return e.Dial(ctx) },
+		}}
+	}
+	return func(ctx context.Context, client *http.Client, req *http.Request) (*http.Response, error) {
+		if self != nil && req.URL.Host == e.Address {
+			client = self
+		}
+		if client == nil {
+			client = http.DefaultClient
+		}
+		return client.Do(req.WithContext(ctx))
+	}
 }
 
 // Manager is the notifier manager: the rule manager sends to it and the
@@ -71,8 +113,13 @@ func NewNotifier(o NotifierOptions) (*Notifier, error) {
 func (n *Notifier) Manager() *notifier.Manager { return n.manager }
 
 // ApplyConfig takes the Alertmanagers, alert relabelling and external
-// labels of cfg.
+// labels of cfg, and adds the embedded Alertmanager.
 func (n *Notifier) ApplyConfig(cfg *promconfig.Config) error {
+	if n.embedded != nil {
+		c := *cfg
+		c.AlertingConfig.AlertmanagerConfigs = append(slices.Clone(cfg.AlertingConfig.AlertmanagerConfigs), embeddedConfig(n.embedded.Address))
+		cfg = &c
+	}
 	if err := n.manager.ApplyConfig(cfg); err != nil {
 		return fmt.Errorf("notifier: %w", err)
 	}
@@ -84,6 +131,17 @@ func (n *Notifier) ApplyConfig(cfg *promconfig.Config) error {
 		return fmt.Errorf("notify discovery: %w", err)
 	}
 	return nil
+}
+
+// embeddedConfig is the Alertmanager set of the embedded Alertmanager:
+// Prometheus's defaults (API v2, 10 s timeout), one static target.
+func embeddedConfig(address string) *promconfig.AlertmanagerConfig {
+	c := promconfig.DefaultAlertmanagerConfig
+	c.ServiceDiscoveryConfigs = promdiscovery.Configs{promdiscovery.StaticConfig{{
+		Targets: []model.LabelSet{{model.AddressLabel: model.LabelValue(address)}},
+		Source:  "embedded",
+	}}}
+	return &c
 }
 
 // Run delivers alerts until ctx ends, then sends what is queued (with

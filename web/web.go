@@ -88,6 +88,9 @@ type Handler struct {
 	// localEngine answers the overview's queries over Overview.Local's
 	// gathered values, for `gpuscope agent`: no API, so no engine is given.
 	localEngine *promql.Engine
+	// alerts is the embedded Alertmanager's API, whose alerts endpoint the
+	// self listener serves too (set by MountAlertmanager, before Run).
+	alerts http.Handler
 }
 
 // New builds the handler and its routes.
@@ -270,7 +273,7 @@ func (h *Handler) Run(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(h.opts.Logger.Handler(), slog.LevelError),
 	}
-	self := &http.Server{Handler: h.metricsMux, ReadHeaderTimeout: 30 * time.Second}
+	self := &http.Server{Handler: h.selfHandler(), ReadHeaderTimeout: 30 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() {

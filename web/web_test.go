@@ -263,3 +263,50 @@ func TestListenErrorsSayWhatToDo(t *testing.T) {
 		require.NotContains(t, err.Error(), "free address", tc.address)
 	}
 }
+
+// TestMountAlertmanager: the embedded Alertmanager's API answers under
+// /api/v2/ on the public listener, and only its alerts endpoint, for the
+// notifier, on the self listener.
+func TestMountAlertmanager(t *testing.T) {
+	self := NewSelfListener("localhost:9089")
+	h, srv := newTestHandler(t, Options{Self: self})
+	h.MountAlertmanager(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "alertmanager "+r.Method+" "+r.URL.Path)
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx, l) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+
+	for _, path := range []string{"/api/v2/status", "/api/v2/silences", "/api/v2/alerts/groups"} {
+		code, body := get(t, srv.URL+path)
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "alertmanager GET "+path, body)
+	}
+	h.SetReady(true)
+	code, body := get(t, srv.URL+"/api/v1/status/buildinfo")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "1.2.3", "the API v1 is Prometheus's")
+
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return self.Dial(ctx) },
+	}}
+	resp, err := client.Post("http://localhost:9089/api/v2/alerts", "application/json", strings.NewReader("[]"))
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, "alertmanager POST /api/v2/alerts", string(b))
+	resp, err = client.Get("http://localhost:9089/api/v2/silences")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "the self listener serves only the alerts endpoint")
+	resp, err = client.Get("http://localhost:9089/metrics")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

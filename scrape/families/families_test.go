@@ -48,7 +48,7 @@ func TestGroupKeysAreConfigKeys(t *testing.T) {
 			return c.On
 		}},
 		{SelfSection, reflect.TypeFor[Self](), func(all bool) func(string) bool {
-			s := Self{GoRuntime: all, QueryEngine: all, TSDBDetail: all, ScrapeDetail: all, RuleDetail: all, HTTP: all}
+			s := Self{GoRuntime: all, QueryEngine: all, TSDBDetail: all, ScrapeDetail: all, RuleDetail: all, HTTP: all, AlertmanagerDetail: all}
 			return s.On
 		}},
 	} {

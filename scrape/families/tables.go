@@ -102,8 +102,8 @@ func (c Cadvisor) Keep(name string) bool { return CadvisorSection.Keep(name, c.O
 
 // Self is `self_metrics.families:`, the groups of the process's own
 // families (Go runtime, Prometheus's engine, TSDB, scrape and rule
-// internals) that no built-in rule, dashboard or page reads. Off by
-// default. Remote write's and the notifier's families are not grouped:
+// internals, the embedded Alertmanager's) that no built-in rule,
+// dashboard or page reads. Off by default. Remote write's and the notifier's families are not grouped:
 // README "Scale out" tunes the queue by them, and they exist only when
 // remote write or Alertmanager is configured.
 type Self struct {
@@ -113,6 +113,9 @@ type Self struct {
 	ScrapeDetail bool `yaml:"scrape_detail"`
 	RuleDetail   bool `yaml:"rule_detail"`
 	HTTP         bool `yaml:"http"`
+	// AlertmanagerDetail is the embedded Alertmanager's internals: half
+	// the process's series without it.
+	AlertmanagerDetail bool `yaml:"alertmanager_detail"`
 }
 
 // SelfSection is the diet of the process's own metrics.
@@ -131,6 +134,8 @@ var SelfSection = Section{
 			Why: "per-group evaluation timings, samples and timestamps (failures, last duration and missed iterations stay)"},
 		{Key: "http", Prefixes: []string{"promhttp_", "prometheus_http_", "net_conntrack_"},
 			Why: "the /metrics handler's and HTTP clients' own counters"},
+		{Key: "alertmanager_detail", Prefixes: []string{"alertmanager_"},
+			Why: "the embedded Alertmanager's dispatcher, notification log, silence and API internals and its notification latency (notifications sent and failed, requests, alerts and silences by state stay)"},
 	},
 	Kept: []string{
 		// Read by the gpuscope dashboard.
@@ -152,6 +157,11 @@ var SelfSection = Section{
 		"prometheus_tsdb_time_retentions_total", "prometheus_tsdb_size_retentions_total",
 		"prometheus_tsdb_out_of_order_samples_total",
 		"prometheus_rule_group_iterations_missed_total",
+		// Documented in README "Notifications": whether alerts reach
+		// their receivers, and what the embedded Alertmanager holds.
+		"alertmanager_notifications_total", "alertmanager_notifications_failed_total",
+		"alertmanager_notification_requests_total", "alertmanager_notification_requests_failed_total",
+		"alertmanager_alerts", "alertmanager_silences",
 	},
 }
 
@@ -170,6 +180,8 @@ func (s Self) On(key string) bool {
 		return s.RuleDetail
 	case "http":
 		return s.HTTP
+	case "alertmanager_detail":
+		return s.AlertmanagerDetail
 	}
 	return false
 }

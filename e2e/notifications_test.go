@@ -1,0 +1,395 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/api/v2/models"
+	"github.com/stretchr/testify/require"
+)
+
+// The embedded Alertmanager (README "Notifications"), tested as users
+// meet it: the real binary with simulated GPUs firing the built-in
+// alerts, a webhook receiver on loopback, and the real amtool against
+// gpuscope's URL.
+
+// embeddedConfig is gpuscope's config for these tests: simulated GPUs and
+// the built-in rules at 60× speed, gpuscope's external labels, and
+// alertmanager as the section's body.
+func embeddedConfig(alertmanager string, scenarios ...string) string {
+	var gpus strings.Builder
+	for _, s := range scenarios {
+		fmt.Fprintf(&gpus, "      - {scenario: %s}\n", s)
+	}
+	return fmt.Sprintf(`
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+  external_labels: {cluster: e2e-am, region: lab}
+rules:
+  builtin:
+    time_scale: 60
+gpu:
+  backend: sim
+  sim:
+    count: %d
+    time_scale: 60
+    gpus:
+%s
+alertmanager:
+%s`, len(scenarios), gpus.String(), alertmanager)
+}
+
+// amtool runs the real amtool against url.
+func amtool(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(neighbourTools(t).Amtool, append([]string{"--alertmanager.url=" + url}, args...)...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "amtool %v:\n%s", args, out)
+	return string(out)
+}
+
+// embeddedAlerts returns the embedded Alertmanager's alerts, by alertname,
+// from gpuscope's /api/v2/alerts.
+func embeddedAlerts(p *process) (map[string][]*models.GettableAlert, error) {
+	resp, err := http.Get(p.URL + "/api/v2/alerts")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /api/v2/alerts: %s", resp.Status)
+	}
+	var alerts models.GettableAlerts
+	if err := json.NewDecoder(resp.Body).Decode(&alerts); err != nil {
+		return nil, err
+	}
+	out := map[string][]*models.GettableAlert{}
+	for _, a := range alerts {
+		out[a.Labels["alertname"]] = append(out[a.Labels["alertname"]], a)
+	}
+	return out, nil
+}
+
+// TestEmbeddedAlertmanagerWebhook: with only a receiver in the
+// alertmanager: section, the built-in alerts reach a webhook in
+// Alertmanager's format through gpuscope's default route (one
+// notification for both memory-bound GPUs' alert), the real amtool
+// silences, lists and expires against gpuscope's URL, a silenced alert is
+// suppressed and never sent, the exported config passes amtool
+// check-config, a receiver that is down is retried and counted, and the
+// delivery counters are stored while the Alertmanager's internals are not
+// (the series diet).
+func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
+	t.Parallel()
+	hook := newWebhook(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // a receiver that is down: connection refused
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, embeddedConfig(fmt.Sprintf(`  receivers:
+    - name: ops
+      webhook_configs: [{url: %q}]
+    - name: down
+      webhook_configs: [{url: %q}]
+`, hook.srv.URL, down.URL), "memory-bound", "memory-bound", "thermal"))
+	started := time.Now()
+	p := serve(t, "", "--config.file="+cfg, "--rules.alert.resend-delay=2s")
+
+	// GPUTemperatureHigh (GPU 2) fires a minute or so in: silenced before.
+	id := strings.TrimSpace(amtool(t, p.URL, "silence", "add", "alertname=GPUTemperatureHigh",
+		"--author=e2e", "--comment=gpuscope e2e: the hot GPU is known", "--duration=1h"))
+	require.Regexp(t, `^[0-9a-f-]{36}$`, id)
+	require.Contains(t, amtool(t, p.URL, "silence", "query", "--quiet"), id)
+	// The default route is what runs.
+	shown := amtool(t, p.URL, "config", "show")
+	require.Contains(t, shown, "repeat_interval: 4h")
+	require.Contains(t, shown, "- instance\n  - alertname", "group_by")
+
+	// GPUMemoryAlmostFull of GPUs 0 and 1: one group (node and alert
+	// name), one notification after the default route's group_wait.
+	var full webhookMessage
+	eventually(t, 150*time.Second, "GPUMemoryAlmostFull of GPUs 0 and 1 in one notification", func() error {
+		msgs, err := hook.messages("GPUMemoryAlmostFull", time.Time{})
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if len(m.Alerts) == 2 {
+				full = m
+				return nil
+			}
+		}
+		return fmt.Errorf("%d notifications, none with both GPUs", len(msgs))
+	})
+	t.Logf("GPUMemoryAlmostFull for both GPUs delivered %s after start", time.Since(started).Round(time.Second))
+	require.Equal(t, "4", full.Version)
+	require.Equal(t, "ops", full.Receiver)
+	require.Equal(t, map[string]string{"alertname": "GPUMemoryAlmostFull", "instance": "e2e-node"}, full.GroupLabels)
+	var gpus []string
+	for _, a := range full.Alerts {
+		checkGPUScopeAlert(t, a, "critical")
+		gpus = append(gpus, a.Labels["gpu"])
+	}
+	slices.Sort(gpus)
+	require.Equal(t, []string{"0", "1"}, gpus)
+	require.Contains(t, amtool(t, p.URL, "alert", "query"), "GPUMemoryAlmostFull")
+
+	// The silenced alert: active in gpuscope, suppressed by the silence,
+	// never sent.
+	eventually(t, 150*time.Second, "GPUTemperatureHigh suppressed by the silence", func() error {
+		alerts, err := embeddedAlerts(p)
+		if err != nil {
+			return err
+		}
+		for _, a := range alerts["GPUTemperatureHigh"] {
+			if *a.Status.State == "suppressed" && slices.Contains(a.Status.SilencedBy, id) {
+				return nil
+			}
+		}
+		return fmt.Errorf("not suppressed: %v", alerts["GPUTemperatureHigh"])
+	})
+	time.Sleep(35 * time.Second) // past the group's first flush (group_wait 30s)
+	require.NotContains(t, hook.alertnames(), "GPUTemperatureHigh", "a silenced alert was sent")
+	require.NotContains(t, amtool(t, p.URL, "alert", "query"), "GPUTemperatureHigh", "amtool lists active alerts only")
+
+	// Expired, the silence no longer holds the alert.
+	amtool(t, p.URL, "silence", "expire", id)
+	require.NotContains(t, amtool(t, p.URL, "silence", "query", "--quiet"), id)
+	require.Contains(t, amtool(t, p.URL, "silence", "query", "--expired", "--quiet"), id)
+	eventually(t, 10*time.Second, "GPUTemperatureHigh active again", func() error {
+		alerts, err := embeddedAlerts(p)
+		if err != nil {
+			return err
+		}
+		if a := alerts["GPUTemperatureHigh"]; len(a) != 1 || *a[0].Status.State != "active" {
+			return fmt.Errorf("%v", a)
+		}
+		return nil
+	})
+
+	// The config in effect, exported, is a valid alertmanager.yml.
+	exported := filepath.Join(dir, "alertmanager.yml")
+	out, err := exec.Command(binary, "alertmanager", "export", "--config.file="+cfg, exported).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	check, err := exec.Command(neighbourTools(t).Amtool, "check-config", exported).CombinedOutput()
+	require.NoError(t, err, "%s", check)
+	require.Contains(t, string(check), "SUCCESS")
+	require.Contains(t, string(check), "2 receivers")
+
+	// Delivery is counted and stored, the receiver that is down retried
+	// with back-off; the internals are not stored (the diet).
+	for q, least := range map[string]float64{
+		`sum(alertmanager_notifications_total{integration="webhook",receiver_name="ops"})`:                 1,
+		`sum(alertmanager_notification_requests_failed_total{integration="webhook",receiver_name="ops"})`:  0,
+		`sum(alertmanager_notification_requests_failed_total{integration="webhook",receiver_name="down"})`: 2,
+	} {
+		eventually(t, 15*time.Second, q, func() error {
+			v, err := p.instant(q)
+			if err != nil {
+				return err
+			}
+			if len(v) != 1 || float64(v[0].Value) < least || (least == 0 && v[0].Value != 0) {
+				return fmt.Errorf("%v", v)
+			}
+			return nil
+		})
+	}
+	for _, q := range []string{`alertmanager_silences{state="expired"}`, `alertmanager_alerts{state="active"}`} {
+		v, err := p.instant(q)
+		require.NoError(t, err)
+		require.NotEmpty(t, v, q)
+	}
+	v, err := p.instant(`{__name__=~"alertmanager_nflog_.+|alertmanager_dispatcher_.+"}`)
+	require.NoError(t, err)
+	require.Empty(t, v, "the Alertmanager's internals are off by default")
+}
+
+// TestEmbeddedAlertmanagerSurvivesKill9: killed with SIGKILL while alerts
+// fire, and started again on the same data directory, gpuscope keeps the
+// silence set before, does not notify the alerts it had notified again
+// before their repeat interval although they fire again, and notifies an
+// alert whose cause began while it was down (a target that went away)
+// once it evaluates it.
+func TestEmbeddedAlertmanagerSurvivesKill9(t *testing.T) {
+	t.Parallel()
+	hook := newWebhook(t)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "e2e_target_up 1")
+	}))
+	defer target.Close()
+	data := t.TempDir()
+	cfg := writeConfig(t, t.TempDir(), embeddedConfig(fmt.Sprintf(`  route:
+    receiver: hook
+    group_by: [alertname, instance]
+    group_wait: 1s
+    group_interval: 1s
+    repeat_interval: 1h
+  receivers:
+    - name: hook
+      webhook_configs: [{url: %q}]
+`, hook.srv.URL), "memory-bound", "thermal")+fmt.Sprintf(`
+scrape_configs:
+  - job_name: e2e-target
+    static_configs: [{targets: [%q]}]
+`, strings.TrimPrefix(target.URL, "http://")))
+	p := serve(t, data, "--config.file="+cfg, "--rules.alert.resend-delay=2s")
+
+	id := strings.TrimSpace(amtool(t, p.URL, "silence", "add", "alertname=GPUTemperatureHigh",
+		"--author=e2e", "--comment=gpuscope e2e: survives a kill -9", "--duration=1h"))
+	firstAlerts := []string{"GPUSMUtilizationHigh", "GPUMemoryAlmostFull"}
+	eventually(t, 120*time.Second, "first alerts notified", func() error {
+		for _, name := range firstAlerts {
+			msgs, err := hook.messages(name, time.Time{})
+			if err != nil {
+				return err
+			}
+			if len(msgs) == 0 {
+				return fmt.Errorf("%s not notified", name)
+			}
+		}
+		return nil
+	})
+	before := map[string]int{}
+	for _, name := range firstAlerts {
+		msgs, _ := hook.messages(name, time.Time{})
+		before[name] = len(msgs)
+	}
+	require.NotContains(t, hook.alertnames(), "TargetDown")
+
+	p.signal(syscall.SIGKILL)
+	require.Equal(t, -1, p.wait(30*time.Second), "killed by a signal")
+	// While gpuscope is down, the target goes away.
+	target.Close()
+	p2 := serve(t, data, "--config.file="+cfg, "--rules.alert.resend-delay=2s")
+	restarted := time.Now()
+
+	require.Contains(t, amtool(t, p2.URL, "silence", "query", "--quiet"), id, "the silence held")
+	eventually(t, 120*time.Second, "the first alerts firing again, in the Alertmanager", func() error {
+		alerts, err := embeddedAlerts(p2)
+		if err != nil {
+			return err
+		}
+		for _, name := range firstAlerts {
+			if len(alerts[name]) == 0 {
+				return fmt.Errorf("%s not there", name)
+			}
+		}
+		return nil
+	})
+	eventually(t, 60*time.Second, "TargetDown, whose target went away while gpuscope was down, notified", func() error {
+		msgs, err := hook.messages("TargetDown", restarted)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if m.Alerts[0].Labels["job"] == "e2e-target" {
+				return nil
+			}
+		}
+		return fmt.Errorf("not notified")
+	})
+	// Well past group_wait and a few group intervals since they are back.
+	time.Sleep(5 * time.Second)
+	for _, name := range firstAlerts {
+		msgs, err := hook.messages(name, time.Time{})
+		require.NoError(t, err)
+		require.Len(t, msgs, before[name], "%s notified again before its repeat interval", name)
+	}
+	t.Logf("after the restart: the silence held, %v not notified again, TargetDown notified", firstAlerts)
+
+	// The held silence still suppresses the alert it was set for.
+	eventually(t, 150*time.Second, "GPUTemperatureHigh suppressed by the silence set before the kill", func() error {
+		alerts, err := embeddedAlerts(p2)
+		if err != nil {
+			return err
+		}
+		for _, a := range alerts["GPUTemperatureHigh"] {
+			if *a.Status.State == "suppressed" && slices.Contains(a.Status.SilencedBy, id) {
+				return nil
+			}
+		}
+		return fmt.Errorf("not suppressed: %v", alerts["GPUTemperatureHigh"])
+	})
+	time.Sleep(3 * time.Second)
+	require.NotContains(t, hook.alertnames(), "GPUTemperatureHigh")
+	for _, f := range []string{"silences", "nflog"} {
+		_, err := os.Stat(filepath.Join(data, "alertmanager", f))
+		require.NoError(t, err)
+	}
+}
+
+// TestEmbeddedAlertmanagerReload: without the section alerts are kept and
+// sent to nobody; a SIGHUP that adds a receiver sends them; one that
+// breaks the section is refused, naming the line, and the previous
+// receivers stay in effect. `gpuscope agent` has no Alertmanager.
+func TestEmbeddedAlertmanagerReload(t *testing.T) {
+	t.Parallel()
+	hook := newWebhook(t)
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, embeddedConfig("", "thermal"))
+	p := serve(t, "", "--config.file="+cfg)
+	status := func() string {
+		code, body := p.get("/api/v2/status")
+		require.Equal(t, http.StatusOK, code)
+		return body
+	}
+	require.Contains(t, status(), `receiver: nobody`)
+	eventually(t, 90*time.Second, "GPUSMUtilizationHigh held by the embedded Alertmanager", func() error {
+		alerts, err := embeddedAlerts(p)
+		if err != nil {
+			return err
+		}
+		if len(alerts["GPUSMUtilizationHigh"]) == 0 {
+			return fmt.Errorf("not there: %v", alerts)
+		}
+		return nil
+	})
+
+	withHook := embeddedConfig(fmt.Sprintf(`  route:
+    receiver: hook
+    group_by: [alertname]
+    group_wait: 1s
+  receivers:
+    - name: hook
+      webhook_configs: [{url: %q}]
+`, hook.srv.URL), "thermal")
+	writeConfig(t, dir, withHook)
+	p.signal(syscall.SIGHUP)
+	eventually(t, 30*time.Second, "GPUSMUtilizationHigh sent once the receiver is added", func() error {
+		msgs, err := hook.messages("GPUSMUtilizationHigh", time.Time{})
+		if err != nil {
+			return err
+		}
+		if len(msgs) == 0 {
+			return fmt.Errorf("not sent")
+		}
+		return nil
+	})
+
+	writeConfig(t, dir, strings.Replace(withHook, "receiver: hook", "receiver: pager", 1))
+	p.signal(syscall.SIGHUP)
+	eventually(t, 30*time.Second, "the reload refused", func() error {
+		_, body := p.get("/metrics")
+		if !strings.Contains(body, "\ngpuscope_config_last_reload_successful 0\n") {
+			return fmt.Errorf("not refused yet")
+		}
+		return nil
+	})
+	require.Regexp(t, `gpuscope\.yml:\d+: alertmanager\.route\.receiver: undefined receiver \\"pager\\" used in route`, p.out.String())
+	require.Contains(t, status(), `receiver: hook`, "the previous receivers stay in effect")
+
+	agentCfg := writeConfig(t, t.TempDir(), withHook)
+	agent := startAgent(t, "e2e-agent", agentCfg)
+	code, _ := agent.get("/api/v2/status")
+	require.Equal(t, http.StatusNotFound, code, "the agent has no Alertmanager")
+}
