@@ -63,7 +63,8 @@ type Options struct {
 	// Dir holds the silences and the notification log
 	// (<data>/alertmanager); created if missing.
 	Dir string
-	// ExternalURL is gpuscope's URL, the templates' .ExternalURL.
+	// ExternalURL is gpuscope's URL, the templates' .ExternalURL (its
+	// overview page is .ExternalURL followed by /).
 	ExternalURL *url.URL
 	// Retention is how long silences and notification log entries are
 	// kept after they end (Alertmanager's --data.retention).
@@ -143,6 +144,7 @@ func New(o Options) (*Alertmanager, error) {
 	if o.ExternalURL == nil {
 		o.ExternalURL = &url.URL{Scheme: "http", Host: "localhost"}
 	}
+	o.ExternalURL = templateURL(o.ExternalURL)
 	if o.Retention <= 0 {
 		o.Retention = DefaultRetention
 	}

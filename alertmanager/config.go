@@ -280,11 +280,10 @@ func integrations(r amconfig.Receiver) int {
 // receiver no route uses is not built), changing nothing. externalURL is
 // the templates' .ExternalURL.
 func build(c *amconfig.Config, externalURL *url.URL, logger *slog.Logger) (*template.Template, map[string][]notify.Integration, error) {
-	tmpl, err := template.FromGlobs(c.Templates)
+	tmpl, err := templates(c.Templates, externalURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("templates: %w", err)
 	}
-	tmpl.ExternalURL = externalURL
 	used := usedReceivers(c.Route)
 	out := make(map[string][]notify.Integration, len(used))
 	for _, r := range c.Receivers {
