@@ -98,6 +98,7 @@ type Alertmanager struct {
 	pipelineBuilder  *notify.PipelineBuilder
 	dispatchMetrics  *dispatch.DispatcherMetrics
 	metrics          *metrics
+	deliveries       deliveries // each integration's last attempt (status.go)
 	startTime        time.Time
 	ran              atomic.Bool
 	ready, done      chan struct{}
@@ -215,7 +216,7 @@ func New(o Options) (*Alertmanager, error) {
 func (a *Alertmanager) ApplyConfig(c *Config) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	tmpl, receivers, err := build(c.Alertmanager, a.opts.ExternalURL, a.logger)
+	tmpl, receivers, err := build(c.Alertmanager, a.opts.ExternalURL, a.logger, &a.deliveries)
 	if err != nil {
 		return err
 	}

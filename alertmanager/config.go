@@ -104,7 +104,7 @@ func Load(text, dir string) (*Config, error) {
 		return nil, err
 	}
 	resolvePaths(dir, c.Alertmanager)
-	if _, _, err := build(c.Alertmanager, nil, nil); err != nil {
+	if _, _, err := build(c.Alertmanager, nil, nil, nil); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -278,8 +278,9 @@ func integrations(r amconfig.Receiver) int {
 // build makes c's templates and the integrations of the receivers its
 // routes use, as Alertmanager does on every reload (app/reloader.go: a
 // receiver no route uses is not built), changing nothing. externalURL is
-// the templates' .ExternalURL.
-func build(c *amconfig.Config, externalURL *url.URL, logger *slog.Logger) (*template.Template, map[string][]notify.Integration, error) {
+// the templates' .ExternalURL; d, when not nil, records each
+// integration's attempts.
+func build(c *amconfig.Config, externalURL *url.URL, logger *slog.Logger, d *deliveries) (*template.Template, map[string][]notify.Integration, error) {
 	tmpl, err := templates(c.Templates, externalURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("templates: %w", err)
@@ -293,6 +294,9 @@ func build(c *amconfig.Config, externalURL *url.URL, logger *slog.Logger) (*temp
 		is, err := receiver.BuildReceiverIntegrations(r, tmpl, logger)
 		if err != nil {
 			return nil, nil, fmt.Errorf("receivers: receiver %q: %w", r.Name, err)
+		}
+		if d != nil {
+			is = recordIntegrations(r.Name, is, d)
 		}
 		out[r.Name] = is
 	}
