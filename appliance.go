@@ -264,6 +264,7 @@ func (a *appliance) buildWeb() error {
 			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
 			Health:         a.healthChecks,
 			GrafanaURL:     func() string { return a.config.Load().Web.GrafanaURL },
+			Notifications:  a.notifications,
 		},
 		Self: a.self,
 	})

@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// alertsHint is how to make alerts reach someone.
-const alertsHint = `add a receiver to the alertmanager: section of the config file, e.g. receivers: [{name: ops, webhook_configs: [{url: "http://hook.example/"}]}] (README "Notifications"), or point alerting.alertmanagers at an Alertmanager`
+// AlertsHint is how to make alerts reach someone (the overview page says
+// it too).
+const AlertsHint = `add a receiver to the alertmanager: section of the config file, e.g. receivers: [{name: ops, webhook_configs: [{url: "http://hook.example/"}]}] (README "Notifications"), or point alerting.alertmanagers at an Alertmanager`
 
 // alertChecks: whether a firing alert reaches anyone, through the
 // embedded Alertmanager's receivers or the Alertmanagers of
@@ -34,5 +35,5 @@ func alertChecks(_ context.Context, o *Options) []Check {
 	if am != nil {
 		why = am.Nobody()
 	}
-	return []Check{warn("alerts", "alerts reach nobody: "+why, alertsHint)}
+	return []Check{warn("alerts", "alerts reach nobody: "+why, AlertsHint)}
 }

@@ -15,9 +15,9 @@ func TestAlertChecks(t *testing.T) {
 		want         Check
 	}{
 		{"the defaults: nobody", "", Check{Name: "alerts", Status: StatusWarn,
-			Summary: "alerts reach nobody: the alertmanager: section has no receivers", Hint: alertsHint}},
+			Summary: "alerts reach nobody: the alertmanager: section has no receivers", Hint: AlertsHint}},
 		{"receivers without a notifier", "alertmanager:\n  route: {receiver: a}\n  receivers: [{name: a}]\n", Check{Name: "alerts", Status: StatusWarn,
-			Summary: "alerts reach nobody: no receiver the routes lead to has a notifier (webhook_configs, email_configs, slack_configs, ...)", Hint: alertsHint}},
+			Summary: "alerts reach nobody: no receiver the routes lead to has a notifier (webhook_configs, email_configs, slack_configs, ...)", Hint: AlertsHint}},
 		{"a webhook", "alertmanager:\n  receivers: [{name: ops, webhook_configs: [{url: 'http://hook/'}]}]\n", Check{Name: "alerts", Status: StatusOK,
 			Summary: "alerts reach receiver ops through the embedded Alertmanager"}},
 		{"two receivers and an external Alertmanager", "alerting:\n  alertmanagers: [{static_configs: [{targets: ['am:9093']}]}]\nalertmanager:\n  receivers: [{name: a, webhook_configs: [{url: 'http://a/'}]}, {name: b, webhook_configs: [{url: 'http://b/'}]}]\n",

@@ -43,6 +43,9 @@ type OverviewOptions struct {
 	Node  string
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Notifications returns the Notifications block (serve's embedded
+	// Alertmanager); nil: no block.
+	Notifications func(ctx context.Context) *Notifications
 }
 
 // HealthCheck is one line of the Health block: what `gpuscope doctor`
@@ -107,6 +110,8 @@ type overviewPage struct {
 	Dashboards   []dashboardLink
 	Lines        []StatusLine
 	Queries      []fieldDoc
+	// Notifications is the Notifications block (overview_notifications.go).
+	Notifications *notificationsView
 
 	// cards is the cards query's answer over all nodes, for the cards and
 	// the About table's GPUs line.
@@ -217,6 +222,7 @@ func (h *Handler) overview(c echo.Context) error {
 	}
 	if h.opts.API != nil && p.Ready {
 		h.activity(ctx, p, src, now)
+		h.notifications(ctx, p, o)
 	}
 
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
