@@ -158,6 +158,10 @@ func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
 		}
 		return fmt.Errorf("not suppressed: %v", alerts["GPUTemperatureHigh"])
 	})
+	// The overview page shows the silence and the alert it holds back.
+	_, page := p.get("/")
+	require.Contains(t, page, `<li class="silence" data-silence="`+id+`"><code>alertname=&#34;GPUTemperatureHigh&#34;</code> by <b>e2e</b>`)
+	require.Contains(t, page, `data-alertname="GPUTemperatureHigh" data-suppressed="silenced"><b>GPUTemperatureHigh</b> · node e2e-node, GPU 2 <span class="state">silenced</span> by silence `+id+` of e2e</li>`)
 	time.Sleep(35 * time.Second) // past the group's first flush (group_wait 30s)
 	require.NotContains(t, hook.alertnames(), "GPUTemperatureHigh", "a silenced alert was sent")
 	require.NotContains(t, amtool(t, p.URL, "alert", "query"), "GPUTemperatureHigh", "amtool lists active alerts only")
@@ -204,6 +208,11 @@ func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
 			return nil
 		})
 	}
+	// The overview page has each receiver's last attempt and its result.
+	_, page = p.get("/")
+	require.Contains(t, page, `<li class="check receiver ok" data-receiver="ops" data-integration="webhook[0]" data-status="ok"><b>ok</b> ops <code>webhook[0]</code>: last attempt `)
+	require.Regexp(t, `<li class="check receiver fail" data-receiver="down" data-integration="webhook\[0\]" data-status="fail"><b>fail</b> down <code>webhook\[0\]</code>: last attempt [^<]* ago, failed: <span class="error">[^<]*(connection refused|context deadline exceeded)</span> \(\d+ of \d+ attempts failed\)</li>`, page)
+	require.NotContains(t, page, "alerts-reach-nobody")
 	for _, q := range []string{`alertmanager_silences{state="expired"}`, `alertmanager_alerts{state="active"}`} {
 		v, err := p.instant(q)
 		require.NoError(t, err)
@@ -344,6 +353,8 @@ func TestEmbeddedAlertmanagerReload(t *testing.T) {
 		return body
 	}
 	require.Contains(t, status(), `receiver: nobody`)
+	_, page := p.get("/")
+	require.Contains(t, page, `<p class="notice" id="alerts-reach-nobody"><b>Alerts reach nobody:</b> the alertmanager: section has no receivers.`)
 	eventually(t, 90*time.Second, "GPUSMUtilizationHigh held by the embedded Alertmanager", func() error {
 		alerts, err := embeddedAlerts(p)
 		if err != nil {
@@ -375,6 +386,9 @@ func TestEmbeddedAlertmanagerReload(t *testing.T) {
 		}
 		return nil
 	})
+	_, page = p.get("/")
+	require.NotContains(t, page, "alerts-reach-nobody", "the page follows the reload")
+	require.Contains(t, page, `data-receiver="hook" data-integration="webhook[0]" data-status="ok"`)
 
 	writeConfig(t, dir, strings.Replace(withHook, "receiver: hook", "receiver: pager", 1))
 	p.signal(syscall.SIGHUP)
