@@ -231,9 +231,10 @@ func TestNotifyGroupsAndSilences(t *testing.T) {
 func TestDefaultRouteInhibits(t *testing.T) {
 	h := newHook(t)
 	am := startAM(t, t.TempDir(), fmt.Sprintf("receivers: [{name: hook, webhook_configs: [{url: %q}]}]\n", h.srv.URL))
+	nodeAlert := map[string]string{"alertname": "TargetDown", "severity": "warning", "instance": "node-1"}
 	am.post(gpuAlert("GPUFellOffBus", "critical", "0"), gpuAlert("GPUMetricsStale", "warning", "0"),
 		gpuAlert("GPUMetricsStale", "warning", "1"), gpuAlert("GPUMemoryAlmostFull", "critical", "1"),
-		gpuAlert("GPUTemperatureHigh", "warning", "1"))
+		gpuAlert("GPUTemperatureHigh", "warning", "1"), nodeAlert)
 	eventually(t, "the stale warning of GPU 0 inhibited", func() error {
 		for _, a := range am.alerts() {
 			if a.Labels["alertname"] == "GPUMetricsStale" && a.Labels["gpu"] == "0" && len(a.Status.InhibitedBy) == 1 {
@@ -244,13 +245,13 @@ func TestDefaultRouteInhibits(t *testing.T) {
 	})
 	for _, a := range am.alerts() {
 		inhibited := a.Labels["alertname"] == "GPUMetricsStale" && a.Labels["gpu"] == "0"
-		require.Equal(t, inhibited, len(a.Status.InhibitedBy) > 0, "%v: a critical that is no GPU fault inhibits nothing", a.Labels)
+		require.Equal(t, inhibited, len(a.Status.InhibitedBy) > 0, "%v: a critical that is no GPU fault inhibits nothing, nor a GPU fault an alert of no GPU", a.Labels)
 	}
 	code, body := am.do(http.MethodGet, "/api/v2/alerts/groups", nil)
 	require.Equal(t, http.StatusOK, code)
 	var groups models.AlertGroups
 	require.NoError(t, json.Unmarshal(body, &groups))
-	require.Len(t, groups, 4, "grouped by node and alert name")
+	require.Len(t, groups, 5, "grouped by node and alert name")
 }
 
 // copyDir copies the state files in dir, as they are on disk now: what a

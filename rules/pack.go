@@ -88,6 +88,9 @@ type BuiltinConfig struct {
 	// DisabledGroups are built-in groups left out, by name
 	// (gpuscope.baseline.weekly, ...).
 	DisabledGroups []string `yaml:"disabled_groups"`
+	// EnabledGroups are the built-in groups that are off unless named here
+	// (OptInGroups: the notices of notify.yml).
+	EnabledGroups []string `yaml:"enabled_groups"`
 	// DisabledRules are built-in rules left out in every group, by alert or
 	// record name.
 	DisabledRules []string `yaml:"disabled_rules"`
@@ -101,6 +104,27 @@ type BuiltinConfig struct {
 	// run simulated GPUs faster than real time (gpu.sim.time_scale); 1 in
 	// production.
 	TimeScale float64 `yaml:"time_scale"`
+}
+
+// OptInGroups are the built-in groups that run only when
+// rules.builtin.enabled_groups names them: notices of events rather than
+// alerts of faults (rules/pack/notify.yml), which a user routes to the
+// people they concern before turning them on.
+var OptInGroups = []string{"gpuscope.notify"}
+
+// disabledGroups are the built-in groups b leaves out: those it disables
+// and the opt-in groups it does not enable.
+func (b BuiltinConfig) disabledGroups() map[string]bool {
+	out := map[string]bool{}
+	for _, g := range b.DisabledGroups {
+		out[g] = true
+	}
+	for _, g := range OptInGroups {
+		if !slices.Contains(b.EnabledGroups, g) {
+			out[g] = true
+		}
+	}
+	return out
 }
 
 // Config is the `rules:` section of gpuscope's config file. The
@@ -124,6 +148,11 @@ func (c Config) Validate() error {
 	for _, g := range b.DisabledGroups {
 		if !slices.Contains(groups, g) {
 			return fmt.Errorf("rules.builtin.disabled_groups: no built-in group %q (want one of %s)", g, strings.Join(groups, ", "))
+		}
+	}
+	for _, g := range b.EnabledGroups {
+		if !slices.Contains(OptInGroups, g) {
+			return fmt.Errorf("rules.builtin.enabled_groups: %q is not an opt-in group (want one of %s; the others run unless disabled_groups names them)", g, strings.Join(OptInGroups, ", "))
 		}
 	}
 	for _, r := range b.DisabledRules {
@@ -338,7 +367,8 @@ func durationWords(d time.Duration) (count, unit string) {
 
 // ScaleExpr divides the durations of a parsed PromQL expression by s in
 // place: range windows (never below minRange), offsets, subquery ranges
-// and steps, and the horizon of predict_linear, which is in seconds.
+// and steps, durations written as numbers (vector(1m)), and the horizon
+// of predict_linear, which is in seconds.
 func ScaleExpr(expr parser.Expr, s float64, minRange time.Duration) error {
 	var err error
 	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
@@ -362,6 +392,12 @@ func ScaleExpr(expr parser.Expr, s float64, minRange time.Duration) error {
 			}
 			n.OriginalOffset = scaleDuration(n.OriginalOffset, s, 0)
 			n.Offset = scaleDuration(n.Offset, s, 0)
+		case *parser.NumberLiteral:
+			// A duration written as a number (60 * 1m): the time an
+			// accounting sample stands for (notify.yml).
+			if n.Duration {
+				n.Val = scaleDuration(time.Duration(n.Val*float64(time.Second)), s, 0).Seconds()
+			}
 		case *parser.Call:
 			if n.Func.Name == "predict_linear" && len(n.Args) == 2 {
 				n.Args[1] = &parser.BinaryExpr{

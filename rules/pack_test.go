@@ -132,6 +132,8 @@ func TestScaleExpr(t *testing.T) {
 		{`max_over_time(rate(x[5m])[1h:1m] offset 1h)`, `max_over_time(rate(x[5s])[1m:1s] offset 1m)`, 60, 0},
 		{`predict_linear(x[1h], 4 * 3600)`, `predict_linear(x[1m], (4 * 3600) / 60)`, 60, 0},
 		{`rate(x[1m])`, `rate(x[333ms])`, 180, 0},
+		{`vector(1m) * 2 + 60`, `vector(1s) * 2 + 60`, 60, time.Minute}, // a duration literal, not a number
+		{`sum_over_time(x[1h]) * 1m / 3600`, `sum_over_time(x[2m]) * 2s / 3600`, 30, 0},
 	} {
 		expr, err := parser.NewParser(parser.Options{}).ParseExpr(tc.in)
 		require.NoError(t, err)
@@ -216,6 +218,8 @@ func TestRulesConfigValidate(t *testing.T) {
 	}{
 		{"time scale 0", func(c *Config) { c.Builtin.TimeScale = 0 }, "rules.builtin.time_scale"},
 		{"unknown group", func(c *Config) { c.Builtin.DisabledGroups = []string{"gpuscope.gpus"} }, `no built-in group "gpuscope.gpus"`},
+		{"enabling a group that runs anyway", func(c *Config) { c.Builtin.EnabledGroups = []string{"gpuscope.gpu"} },
+			`rules.builtin.enabled_groups: "gpuscope.gpu" is not an opt-in group (want one of gpuscope.notify; the others run unless disabled_groups names them)`},
 		{"unknown rule", func(c *Config) { c.Builtin.DisabledRules = []string{"GPUTempHigh"} }, `no built-in rule "GPUTempHigh"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,7 +231,14 @@ func TestRulesConfigValidate(t *testing.T) {
 	c := DefaultConfig()
 	c.Builtin.DisabledGroups = []string{"gpuscope.baseline.weekly"}
 	c.Builtin.DisabledRules = []string{"GPUMemoryAlmostFull", "gpu:bottleneck:class"}
+	c.Builtin.EnabledGroups = OptInGroups
 	require.NoError(t, c.Validate())
+	groups, _ := packNames()
+	for _, g := range OptInGroups {
+		require.Contains(t, groups, g, "an opt-in group is a group of the pack")
+		require.True(t, DefaultConfig().Builtin.disabledGroups()[g], "%s is off by default", g)
+		require.False(t, c.Builtin.disabledGroups()[g], "%s on when enabled", g)
+	}
 }
 
 func TestScaleText(t *testing.T) {
@@ -295,6 +306,7 @@ func TestPackTextDurations(t *testing.T) {
 		for _, r := range g.Rules {
 			for k, v := range r.Annotations {
 				rest := durationPhrase.ReplaceAllString(templateAction.ReplaceAllString(v, ""), "")
+				rest = strings.ReplaceAll(rest, "GPU-hours", "") // a unit of work, not a duration
 				require.NotRegexp(t, durationWord, rest, "alert %s, %s: a duration time_scale cannot rewrite; write it as \"5 minutes\", \"an hour\", \"7-day\" or \"the last hour\"", r.Alert, k)
 			}
 		}

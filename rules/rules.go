@@ -185,7 +185,7 @@ func (r *Manager) ApplyConfig(cfg *promconfig.Config, rc Config) error {
 	}
 	ids = append(ids, files...)
 	r.loader.set(packOptions{
-		disabledGroups: set(rc.Builtin.DisabledGroups),
+		disabledGroups: rc.Builtin.disabledGroups(),
 		disabledRules:  set(rc.Builtin.DisabledRules),
 		overrides:      overrides,
 		timeScale:      rc.Builtin.TimeScale,

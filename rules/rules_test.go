@@ -94,14 +94,24 @@ func TestRulesApplyConfig(t *testing.T) {
 	cfg := loadPromConfig(t, fmt.Sprintf("global: {evaluation_interval: 1s}\nrule_files: [%q]\n", filepath.Join(dir, "*.yml")))
 
 	require.NoError(t, r.ApplyConfig(cfg, DefaultConfig()))
-	wantGroups, _ := packNames()
-	var got []string
-	for _, g := range groupsOf(r) {
-		require.True(t, strings.HasPrefix(g.file, BuiltinPrefix), g.file)
-		got = append(got, g.name)
+	all, _ := packNames()
+	builtinGroups := func() []string {
+		var got []string
+		for _, g := range groupsOf(r) {
+			require.True(t, strings.HasPrefix(g.file, BuiltinPrefix), g.file)
+			got = append(got, g.name)
+		}
+		slices.Sort(got)
+		return got
 	}
-	slices.Sort(got)
-	require.Equal(t, wantGroups, got)
+	// The opt-in groups run only when enabled_groups names them.
+	wantGroups := slices.DeleteFunc(slices.Clone(all), func(g string) bool { return slices.Contains(OptInGroups, g) })
+	require.Equal(t, wantGroups, builtinGroups())
+	rc := DefaultConfig()
+	rc.Builtin.EnabledGroups = OptInGroups
+	require.NoError(t, r.ApplyConfig(cfg, rc))
+	require.Equal(t, all, builtinGroups())
+	require.Contains(t, groupsOf(r), groupInfo{BuiltinPrefix + "notify.yml", "gpuscope.notify"})
 
 	// A user rule of a built-in rule's name in a group of the built-in
 	// group's name replaces it; disabled groups and rules are left out.
@@ -118,7 +128,7 @@ func TestRulesApplyConfig(t *testing.T) {
       - alert: AlwaysFiring
         expr: vector(1)
 `), 0o644))
-	rc := DefaultConfig()
+	rc = DefaultConfig()
 	rc.Builtin.DisabledGroups = []string{"gpuscope.baseline.weekly"}
 	rc.Builtin.DisabledRules = []string{"GPUTemperatureHigh"}
 	require.NoError(t, r.ApplyConfig(cfg, rc))
