@@ -103,11 +103,11 @@ type Alertmanager struct {
 	ran              atomic.Bool
 	ready, done      chan struct{}
 	readyOnce        sync.Once
-	handler          atomic.Pointer[http.Handler] // the API of the running instance; nil: not running
-	config           atomic.Pointer[Config]       // the config in effect
-	mu               sync.Mutex                   // serialises ApplyConfig and Run's start and stop
-	pending          *built                       // the last config applied, for Run to start with
-	running          *instance                    // nil unless Run is serving
+	current          atomic.Pointer[instance] // the running instance, for Handler; nil: not running
+	config           atomic.Pointer[Config]   // the config in effect
+	mu               sync.Mutex               // serialises ApplyConfig and Run's start and stop
+	pending          *built                   // the last config applied, for Run to start with
+	running          *instance                // nil unless Run is serving
 	closeMaintenance func()
 }
 
@@ -125,9 +125,14 @@ type built struct {
 // config-scoped inhibitor and dispatcher, swapped on every ApplyConfig.
 type instance struct {
 	alerts     *mem.Alerts
-	api        *api.API
 	inhibitor  atomic.Pointer[inhibit.Inhibitor]
 	dispatcher atomic.Pointer[dispatch.Dispatcher]
+	// api is Alertmanager's API v2, built on its first request
+	// (apiHandler): its OpenAPI spec, loaded and analysed, holds 2 MB of
+	// heap, which an appliance whose alerts never fire and that no amtool
+	// asks need not pay. Guarded by Alertmanager.mu.
+	api     *api.API
+	handler atomic.Pointer[http.Handler] // api's routes, once built
 }
 
 // New loads the silences and the notification log from opts.Dir and
@@ -275,10 +280,9 @@ func (a *Alertmanager) apply(inst *instance, b *built) {
 	a.metrics.receivers.Set(float64(len(b.receivers)))
 	a.metrics.integrations.Set(float64(integrations))
 	a.metrics.inhibitionRules.Set(float64(len(b.conf.InhibitRules)))
-	inst.api.Update(b.conf, func(ctx context.Context, labels model.LabelSet) {
-		inst.inhibitor.Load().Mutes(ctx, labels)
-		a.silencer.Mutes(ctx, labels)
-	})
+	if inst.api != nil {
+		a.updateAPI(inst, b)
+	}
 	dispatcher := dispatch.NewDispatcher(
 		inst.alerts,
 		b.routes,
@@ -341,8 +345,31 @@ func (a *Alertmanager) start(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("create alert provider: %w", err)
 	}
 	inst := &instance{alerts: alerts}
+	a.closeMaintenance = a.maintain()
+	a.apply(inst, a.pending)
+	a.running = inst
+	a.current.Store(inst)
+	a.readyOnce.Do(func() { close(a.ready) })
+	a.logger.Info("Alertmanager started", "dir", a.opts.Dir)
+	return inst, nil
+}
+
+// apiHandler returns inst's API v2, built on the first call.
+func (a *Alertmanager) apiHandler(inst *instance) (http.Handler, error) {
+	if h := inst.handler.Load(); h != nil {
+		return *h, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if h := inst.handler.Load(); h != nil {
+		return *h, nil
+	}
+	if a.running != inst {
+		return nil, ErrNotRunning
+	}
+	var err error
 	inst.api, err = api.New(api.Options{
-		Alerts:          alerts,
+		Alerts:          inst.alerts,
 		Silences:        a.silences,
 		GroupMutedFunc:  a.groupMarker.Muted,
 		Logger:          a.opts.Logger.With("component", "alertmanager api"),
@@ -353,17 +380,21 @@ func (a *Alertmanager) start(ctx context.Context) (*instance, error) {
 		},
 	})
 	if err != nil {
-		alerts.Close()
 		return nil, fmt.Errorf("create API: %w", err)
 	}
-	a.closeMaintenance = a.maintain()
-	a.apply(inst, a.pending)
-	a.running = inst
+	a.updateAPI(inst, a.pending)
 	var h http.Handler = inst.api.Register(route.New(), "/")
-	a.handler.Store(&h)
-	a.readyOnce.Do(func() { close(a.ready) })
-	a.logger.Info("Alertmanager started", "dir", a.opts.Dir)
-	return inst, nil
+	inst.handler.Store(&h)
+	return h, nil
+}
+
+// updateAPI gives inst's API b's config and the status of an alert as
+// the inhibitor and silencer in effect see it.
+func (a *Alertmanager) updateAPI(inst *instance, b *built) {
+	inst.api.Update(b.conf, func(ctx context.Context, labels model.LabelSet) {
+		inst.inhibitor.Load().Mutes(ctx, labels)
+		a.silencer.Mutes(ctx, labels)
+	})
 }
 
 // maintain runs Alertmanager's maintenance of the silences and the log:
@@ -400,7 +431,7 @@ func (a *Alertmanager) maintain() func() {
 func (a *Alertmanager) stop(inst *instance) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.handler.Store(nil)
+	a.current.Store(nil)
 	a.running = nil
 	inst.inhibitor.Load().Stop()
 	inst.dispatcher.Load().Stop()

@@ -471,3 +471,25 @@ func TestRunOnce(t *testing.T) {
 	r := startAM(t, t.TempDir(), "")
 	require.ErrorContains(t, r.am.Run(context.Background()), "Run called twice")
 }
+
+// TestAPIBuiltOnFirstRequest: the API v2, with its OpenAPI spec, is
+// built by the first request, not by Run (BENCHMARKS.md, issue 26's idle
+// cost), and serves every request after it; alerts are dispatched
+// without it.
+func TestAPIBuiltOnFirstRequest(t *testing.T) {
+	r := startAM(t, t.TempDir(), "")
+	inst := r.am.current.Load()
+	require.NotNil(t, inst)
+	require.Nil(t, inst.handler.Load(), "not built by Run")
+	require.Nil(t, inst.api)
+	s, err := r.am.Status(context.Background())
+	require.NoError(t, err, "the overview's status needs no API")
+	require.Empty(t, s.Alerts)
+	code, _ := r.do(http.MethodGet, "/api/v2/status", nil)
+	require.Equal(t, http.StatusOK, code)
+	h := inst.handler.Load()
+	require.NotNil(t, h, "built by the first request")
+	r.post(gpuAlert("GPUMemoryAlmostFull", "critical", "0"))
+	require.Same(t, h, inst.handler.Load(), "built once")
+	require.Len(t, r.alerts(), 1)
+}

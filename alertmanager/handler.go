@@ -2,6 +2,7 @@ package alertmanager
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"strings"
 )
@@ -12,17 +13,27 @@ import (
 // A silence added or expired is on disk before the answer.
 func (a *Alertmanager) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := a.handler.Load()
-		if h == nil {
+		inst := a.current.Load()
+		if inst == nil {
 			http.Error(w, "Alertmanager is not running\n", http.StatusServiceUnavailable)
 			return
 		}
+		h, err := a.apiHandler(inst)
+		if errors.Is(err, ErrNotRunning) {
+			http.Error(w, "Alertmanager is not running\n", http.StatusServiceUnavailable)
+			return
+		}
+		if err != nil {
+			a.logger.Error("API v2 not built", "err", err)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead || !strings.HasPrefix(r.URL.Path, "/api/v2/silence") {
-			(*h).ServeHTTP(w, r)
+			h.ServeHTTP(w, r)
 			return
 		}
 		buf := &bufferedResponse{header: w.Header()}
-		(*h).ServeHTTP(buf, r)
+		h.ServeHTTP(buf, r)
 		if _, err := a.silencesFile.write(); err != nil {
 			a.logger.Error("Silences not written; a crash now would lose this change", "err", err)
 		}
