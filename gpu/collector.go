@@ -95,6 +95,10 @@ type Collector struct {
 	timeouts float64
 	lastDur  float64
 	lastOK   time.Time
+	// renderErrs counts series left out of the exposition (render);
+	// renderLogged is whether the first one was logged.
+	renderErrs   float64
+	renderLogged bool
 }
 
 type errKey struct{ gpu, field string }

@@ -157,6 +157,7 @@ type containerNamer struct {
 }
 
 type containerLabels struct {
+	id       string // the id label: the cgroup path as a valid label value
 	name     string
 	workload workload.Identity
 }
@@ -177,7 +178,10 @@ func (n *containerNamer) beginCycle() {
 // usage returns a Container of id with its labels and no use yet.
 // Where cAdvisor knows the container, the identity is resolved from the
 // same metadata its collector's labels are (one cache entry, the same
-// labels on both sides); else from the path alone.
+// labels on both sides); else from the path alone. The id is looked up as
+// the kernel spells it, and labelled as workload.LabelValue writes it, as
+// cAdvisor's side labels it (scrape/cadvisor): a cgroup name need not be
+// valid UTF-8, and a label value that is not would cost the sample.
 func (n *containerNamer) usage(id string) Container {
 	i, ok := n.index[id]
 	if !ok {
@@ -188,8 +192,13 @@ func (n *containerNamer) usage(id string) Container {
 			}
 		}
 		i = len(n.labels)
-		n.labels = append(n.labels, containerLabels{name: md.Name, workload: n.cache.Get(id, md)})
+		n.labels = append(n.labels, containerLabels{
+			id:       workload.LabelValue(id),
+			name:     workload.LabelValue(md.Name),
+			workload: n.cache.Get(id, md),
+		})
 		n.index[id] = i
 	}
-	return Container{id: id, name: n.labels[i].name, workload: n.labels[i].workload}
+	l := &n.labels[i]
+	return Container{id: l.id, name: l.name, workload: l.workload}
 }
