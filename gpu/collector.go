@@ -50,6 +50,11 @@ type Options struct {
 	NVIDIADevices []string
 	// Now replaces time.Now for sample timestamps and the backend's clock.
 	Now func() time.Time
+	// KernelLog is where the NVML backend reads the kernel's log for the
+	// XIDs NVML may not deliver (79 fallen off the bus, 119 and 120 GSP
+	// errors): default /dev/kmsg, which needs root or CAP_SYSLOG; "-"
+	// reads none.
+	KernelLog string
 	// NewBackend, when set, makes the backend in place of the one
 	// Config.Backend names, from what New resolved of these Options; it
 	// must be set for backend sim, whose simulator is gpu/sim's. nil

@@ -83,9 +83,9 @@ func mib(b uint64) float64 { return float64(b / bytesPerMiB) }
 
 // readGPU reads one GPU into s, phase by phase in a fixed order; a GPU
 // found lost (or a driver found gone) is read no further. answered says
-// whether the device answered at all; gone is the error of a driver that
-// went away (see driverGone).
-func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now time.Time) (answered bool, gone nvml.Return) {
+// whether the device answered at all, lost whether it is off the bus;
+// gone is the error of a driver that went away (see driverGone).
+func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now time.Time) (answered, lost bool, gone nvml.Return) {
 	r := reader{s: s, errs: errs, gpu: g.label}
 	defer func() {
 		// A misbehaving driver binding must cost one GPU's sample, not the process.
@@ -119,11 +119,11 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 		// off the bus) is exactly what a lost GPU last reported.
 		*s = GPUSample{info: g.info}
 		b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
-		return false, r.gone
+		return false, r.gone == nvml.SUCCESS, r.gone
 	}
 	// XIDs come from the event loop: they do not show the device answered.
 	const xid = fieldSet(1) << FieldXID
-	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
+	return s.set&^xid != 0 || s.unsupported&^xid != 0, false, nvml.SUCCESS
 }
 
 // steps runs the reads fs in order until the GPU is found lost: reading

@@ -284,7 +284,7 @@ func TestNVMLHungCallDoesNotBlockCollect(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
 	const interval = 50 * time.Millisecond
-	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: interval, Hostname: "h", ProcRoot: t.TempDir()})
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: interval, Hostname: "h", ProcRoot: t.TempDir(), KernelLog: "-"})
 	require.NoError(t, err)
 	c.backend.(*nvmlBackend).eventWait = 10 * time.Millisecond
 	reg := newRegistry(t, c)
@@ -403,7 +403,7 @@ func TestNVMLHungEventWaitDoesNotBlockShutdown(t *testing.T) {
 	m.srv.ShutdownFunc = func() nvml.Return { shutdowns.Add(1); return nvml.SUCCESS }
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
-	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir()})
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir(), KernelLog: "-"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan error, 1)
@@ -420,20 +420,25 @@ func TestNVMLHungEventWaitDoesNotBlockShutdown(t *testing.T) {
 
 // TestNVMLGPUIdentifiedLater: a GPU that fails identification at start
 // and a GPU that appears later are read from the next cycle they answer
-// in; XID registration that failed is retried.
+// in; identification and XID registration that failed are retried every
+// retryEvery cycles (a sick GPU's calls can each block for long), and
+// the failure is counted every cycle meanwhile.
 func TestNVMLGPUIdentifiedLater(t *testing.T) {
 	m := newMockMachine(t, 3)
 	var uuidFails, regFails atomic.Bool
+	var uuidCalls, regCalls atomic.Int32
 	uuidFails.Store(true)
 	regFails.Store(true)
 	uuid := m.devs[1].GetUUIDFunc
 	m.devs[1].GetUUIDFunc = func() (string, nvml.Return) {
+		uuidCalls.Add(1)
 		if uuidFails.Load() {
 			return "", nvml.ERROR_UNKNOWN
 		}
 		return uuid()
 	}
 	m.devs[0].RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+		regCalls.Add(1)
 		if regFails.Load() {
 			return nvml.ERROR_UNKNOWN
 		}
@@ -454,11 +459,20 @@ func TestNVMLGPUIdentifiedLater(t *testing.T) {
 		"a failed registration is an error, not unsupported")
 	_, ok := lookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "0"})
 	require.False(t, ok)
+	require.Equal(t, int32(1), uuidCalls.Load(), "identification is not retried at the next cycle")
+	require.Equal(t, int32(1), regCalls.Load(), "nor registration")
 
 	uuidFails.Store(false)
 	regFails.Store(false)
 	count.Store(3)
-	c.collectOnce(bg)
+	c.collectOnce(bg) // cycle 3: the new GPU at once
+	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 2)
+	mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "2"})
+	c.collectOnce(bg) // cycle 4
+	require.Equal(t, int32(1), uuidCalls.Load())
+	c.collectOnce(bg) // cycle 5: retryEvery cycles after the failures
+	require.Equal(t, int32(2), uuidCalls.Load())
+	require.Equal(t, int32(2), regCalls.Load())
 	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 3)
 	for _, gpu := range []string{"0", "1", "2"} {
 		mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": gpu})
