@@ -33,6 +33,7 @@ type descs struct {
 	up           *prometheus.Desc
 	backendInfo  *prometheus.Desc
 	renderErrors *prometheus.Desc
+	kernelLog    *prometheus.Desc
 	errors       *prometheus.Desc
 	cycles       *prometheus.Desc
 	timeouts     *prometheus.Desc
@@ -99,6 +100,8 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		[]string{"gpu", "field"}, nil)
 	d.renderErrors = prometheus.NewDesc("gpuscope_gpu_collector_render_errors_total",
 		"GPU series left out of the exposition because a label value was not valid (logged once); the sample's other series are still published. Should stay 0.", nil, nil)
+	d.kernelLog = prometheus.NewDesc("gpuscope_gpu_collector_kernel_log_reading",
+		"1 while the NVML backend reads XIDs from the kernel log (/dev/kmsg) besides NVML's events, 0 where it may not (it needs root or CAP_SYSLOG, and the packaged unit's ProtectKernelLogs=yes closes it): XIDs NVML does not deliver (79, 119, 120) are then missed. Only while the NVML backend is up.", nil, nil)
 	d.cycles = prometheus.NewDesc("gpuscope_gpu_collector_cycles_total",
 		"Completed GPU sampling cycles.", nil, nil)
 	d.timeouts = prometheus.NewDesc("gpuscope_gpu_collector_cycle_timeouts_total",
@@ -155,6 +158,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.lastDuration, prometheus.GaugeValue, lastDur)
 	ch <- prometheus.MustNewConstMetric(d.interval, prometheus.GaugeValue, c.interval.Seconds())
 	ch <- prometheus.MustNewConstMetric(d.renderErrors, prometheus.CounterValue, renderErrs)
+	if kl, ok := c.backend.(interface{ kernelLogActive() bool }); ok && up {
+		ch <- prometheus.MustNewConstMetric(d.kernelLog, prometheus.GaugeValue, boolValue(kl.kernelLogActive()))
+	}
 	if !lastOK.IsZero() {
 		ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, float64(lastOK.UnixNano())/1e9)
 	}

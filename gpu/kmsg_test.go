@@ -174,3 +174,25 @@ func TestKernelLogRealDevice(t *testing.T) {
 	require.NotContains(t, logs.String(), "Reading the kernel log failed")
 	c.opened = false
 }
+
+// TestKernelLogReadingMetric: whether the kernel log is read is published,
+// so that `gpuscope doctor` can ask a running gpuscope.
+func TestKernelLogReadingMetric(t *testing.T) {
+	path, _ := fakeKernelLog(t)
+	for _, tc := range []struct {
+		name, path string
+		want       float64
+	}{
+		{"read", path, 1},
+		{"unreadable", filepath.Join(t.TempDir(), "none"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := mockOptions(newMockMachine(t, 1), newFakeClock())
+			o.KernelLog = tc.path
+			c, reg := testCollector(t, o)
+			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_kernel_log_reading"), "not before NVML is up")
+			c.collectOnce(bg)
+			require.Equal(t, tc.want, mustLookup(t, reg, "gpuscope_gpu_collector_kernel_log_reading", nil))
+		})
+	}
+}
