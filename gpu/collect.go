@@ -75,7 +75,7 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		d.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, container, nil)
 		d.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, container, nil)
 		d.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
-			"Compute processes of a container on the GPU.", container, nil)
+			containerProcsHelp, container, nil)
 		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, dcgm, nil)
 		d.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, dcgm, nil)
 	}
@@ -318,6 +318,11 @@ func renderContainers(r *renderer, mem, procs, sm *prometheus.Desc, set fieldSet
 		}
 	}
 }
+
+// containerProcsHelp is gpuscope_gpu_container_processes's HELP: every
+// process the driver lists, graphics contexts (Xorg, desktop applications
+// on RTX and workstation GPUs) as well as compute ones.
+const containerProcsHelp = "Processes of a container that the driver lists on the GPU: compute processes, MPS clients and graphics contexts."
 
 // The orphan series: GPU memory the driver lists for processes that are
 // gone (process.go), per GPU or GPU instance, with the dcgm labels.

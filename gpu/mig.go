@@ -157,7 +157,7 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 		m.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, withMIG(container), nil)
 		m.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, withMIG(container), nil)
 		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
-			"Compute processes of a container on the GPU.", withMIG(container), nil)
+			containerProcsHelp, withMIG(container), nil)
 		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
 		m.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withMIG(dcgm), nil)
 	}

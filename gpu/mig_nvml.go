@@ -338,7 +338,7 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 	}
 	r.s.set.add(FieldContainerMemory)
 	r.s.unsupported.add(FieldContainerSM)
-	cs, orphans, unresolved := b.grouper.group(m.procs, nil)
+	cs, orphans, unresolved := b.grouper.group(m.procs, nil, smWindow{})
 	if unresolved > 0 && len(cs) == 0 {
 		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d processes of GPU instance %d (is gpuscope outside the host pid namespace?)", unresolved, in.id)})

@@ -133,6 +133,10 @@ type nvmlGPU struct {
 	nvlinkPrimed  bool
 
 	lastProcessSeen uint64 // newest GetProcessUtilization timestamp, µs
+	// utilReadAt is when process utilisation was last read; utilPeriod the
+	// driver's sample period as its timestamps show it (0: not yet seen).
+	utilReadAt time.Time
+	utilPeriod time.Duration
 	// The GPU answered NOT_SUPPORTED for the MPS or graphics process list.
 	noMPSList, noGraphicsList bool
 	gpm                       *gpmState

@@ -1,9 +1,11 @@
 package gpu
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -583,6 +585,10 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 		// processes that ended long ago included; start one interval back.
 		g.lastProcessSeen = uint64(max(now.Add(-b.interval).UnixMicro(), 0))
 	}
+	window := b.interval
+	if !g.utilReadAt.IsZero() {
+		window = now.Sub(g.utilReadAt)
+	}
 	var utils []nvml.ProcessUtilizationSample
 	ret = nvml.ERROR_FUNCTION_NOT_FOUND
 	if b.syms.processUtil {
@@ -593,20 +599,71 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 		for _, u := range utils {
 			g.lastProcessSeen = max(g.lastProcessSeen, u.TimeStamp)
 		}
+		utils = dedupSamples(utils)
+		g.utilPeriod = samplePeriod(utils, g.utilPeriod)
+		g.utilReadAt = now
 		r.s.set.add(FieldContainerSM)
 	case ret == nvml.ERROR_NOT_FOUND, ret == nvml.ERROR_INSUFFICIENT_SIZE && len(utils) == 0:
 		// No process ran on the GPU since the last cycle (go-nvml turns
 		// a count of 0 into INSUFFICIENT_SIZE with no samples).
 		utils = nil
+		g.utilReadAt = now
 		r.s.set.add(FieldContainerSM)
 	default:
 		utils = nil
 		r.ok(ret, FieldContainerSM)
 	}
-	cs, orphans, unresolved := b.grouper.group(procs, utils)
+	cs, orphans, unresolved := b.grouper.group(procs, utils, smWindow{period: g.utilPeriod, window: window})
 	if unresolved > 0 && len(cs) == 0 {
 		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d GPU processes (is gpuscope outside the host pid namespace?)", unresolved)})
 	}
 	r.s.containers, r.s.orphans = cs, orphans
+}
+
+// The driver's utilisation sample period lies between 1/6 s and 1 s,
+// depending on the product (nvml.h, nvmlDeviceGetUtilizationRates).
+// Timestamps of one process closer than minSamplePeriod are one sample
+// seen twice, or jitter; a gap longer than maxSamplePeriod spans periods
+// without use, which the driver leaves out.
+const (
+	minSamplePeriod = 100 * time.Millisecond
+	maxSamplePeriod = time.Second
+)
+
+// dedupSamples sorts a GPU's process utilisation samples by pid and time
+// and drops a sample listed twice.
+func dedupSamples(utils []nvml.ProcessUtilizationSample) []nvml.ProcessUtilizationSample {
+	slices.SortFunc(utils, func(a, b nvml.ProcessUtilizationSample) int {
+		return cmp.Or(cmp.Compare(a.Pid, b.Pid), cmp.Compare(a.TimeStamp, b.TimeStamp))
+	})
+	return slices.CompactFunc(utils, func(a, b nvml.ProcessUtilizationSample) bool {
+		return a.Pid == b.Pid && a.TimeStamp == b.TimeStamp
+	})
+}
+
+// samplePeriod estimates the driver's sample period from utils (sorted by
+// dedupSamples): the shortest gap between two samples of one process,
+// within minSamplePeriod..maxSamplePeriod, and never longer than prev,
+// the estimate so far (0: none). NVML returns a sample for each period a
+// process had non-zero use in, so successive samples of a busy process
+// are one period apart. A driver that returns one sample per process and
+// call shows no gap: the estimate stays 0.
+func samplePeriod(utils []nvml.ProcessUtilizationSample, prev time.Duration) time.Duration {
+	p := prev
+	for i := 1; i < len(utils); i++ {
+		a, b := utils[i-1], utils[i]
+		if a.Pid != b.Pid {
+			continue
+		}
+		gap := time.Duration(b.TimeStamp-a.TimeStamp) * time.Microsecond
+		if gap < minSamplePeriod {
+			continue
+		}
+		gap = min(gap, maxSamplePeriod)
+		if p == 0 || gap < p {
+			p = gap
+		}
+	}
+	return p
 }

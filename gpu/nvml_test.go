@@ -630,10 +630,14 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 	}
 	// An MPS client, and pid 101 again (listed twice counts once).
 	m.mps[0] = []nvml.ProcessInfo{{Pid: 104, UsedGpuMemory: 3 << 30}, {Pid: 101, UsedGpuMemory: 2 << 30}}
+	// Two samples of pid 100, 7 s apart, show the driver keeps a sample
+	// per period; the gap spans idle periods, so the period is taken as
+	// the longest the driver uses, 1 s. Each sample then counts for 1 s
+	// of the 10 s interval (TestNVMLContainerSMShare has the rest).
 	m.utils[0] = []nvml.ProcessUtilizationSample{
 		{Pid: 100, TimeStamp: now - 9e6, SmUtil: 40},
-		{Pid: 100, TimeStamp: now - 2e6, SmUtil: 60}, // mean 50
-		{Pid: 101, TimeStamp: now - 5e6, SmUtil: 20},
+		{Pid: 100, TimeStamp: now - 2e6, SmUtil: 60}, // 10 over the interval
+		{Pid: 101, TimeStamp: now - 5e6, SmUtil: 20}, // 2
 		{Pid: 102, TimeStamp: now - 3e6, SmUtil: 5},
 		{Pid: 102, TimeStamp: now - 60e6, SmUtil: 99}, // before the first interval: not read
 		{Pid: 556, TimeStamp: now - 1e6, SmUtil: 80},  // not running: not counted
@@ -654,10 +658,10 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 	session := map[string]string{"gpu": "0", "id": "/user.slice/user-1000.slice/session-2.scope", "name": "", "image": ""}
 	mps := map[string]string{"gpu": "0", "id": "/system.slice/docker-mps.scope"}
 	require.Equal(t, float64(12<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", docker))
-	require.Equal(t, 70.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker))
+	require.InDelta(t, 12.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker), 1e-9)
 	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", docker))
 	require.Equal(t, float64(1<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", session))
-	require.Equal(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session), "the driver's older history is not read")
+	require.InDelta(t, 0.5, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session), 1e-9, "the driver's older history is not read")
 	require.Equal(t, float64(3<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", mps))
 	// The ended process's reused pid is not attributed.
 	_, ok := lookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"id": "/system.slice/docker-other.scope"})
@@ -1065,5 +1069,145 @@ func TestNVMLForeignPIDNamespace(t *testing.T) {
 			require.Equal(t, boolValue(!tc.want), float64(strings.Count(logs.String(), "not in the host's pid namespace")))
 			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
 		})
+	}
+}
+
+// TestNVMLContainerSMShare is R4 of the second review: NVML returns a
+// process utilisation sample only for the driver's sample periods in
+// which the process used the GPU, so the mean of the samples read a job
+// that computes one period in ten as busy as one that never stops, and
+// GPUHeldIdle (under 5 % for 30 minutes) never fired for it. The share is
+// now the interval's average, each sample weighted by the driver's sample
+// period as its timestamps show it. A driver that returns one sample per
+// process and read shows no period: the samples' mean is kept.
+func TestNVMLContainerSMShare(t *testing.T) {
+	const s = uint64(1e6) // µs
+	for _, tc := range []struct {
+		name string
+		// samples of pids 100 (/busy), 101 (/bursty) and 102 (/once), as
+		// offsets in µs before the read, with their SM percent.
+		samples []nvml.ProcessUtilizationSample
+		want    map[string]float64
+	}{
+		{
+			name: "one period in six of 1/6 s",
+			samples: append(periodic(100, 60, s/6, 100), // busy: all 60 periods of the 10 s interval
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 9 * s, SmUtil: 100},
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 9*s - s/6, SmUtil: 100}, // a burst of two periods
+				nvml.ProcessUtilizationSample{Pid: 102, TimeStamp: 4 * s, SmUtil: 90},      // one period
+			),
+			want: map[string]float64{"/busy": 100, "/bursty": 100 * 2.0 / 60, "/once": 90.0 / 60},
+		},
+		{
+			name: "periods of 1 s, a sample listed twice",
+			samples: append(periodic(100, 10, s, 50),
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 3 * s, SmUtil: 100},
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 3 * s, SmUtil: 100},
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 2 * s, SmUtil: 100},
+			),
+			want: map[string]float64{"/busy": 50, "/bursty": 20},
+		},
+		{
+			name: "one sample per process: no period, their mean",
+			samples: []nvml.ProcessUtilizationSample{
+				{Pid: 100, TimeStamp: 1 * s, SmUtil: 97},
+				{Pid: 101, TimeStamp: 2 * s, SmUtil: 30},
+			},
+			want: map[string]float64{"/busy": 97, "/bursty": 30},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			proc := t.TempDir()
+			for pid, id := range map[int]string{100: "/busy", 101: "/bursty", 102: "/once"} {
+				writeProc(t, proc, pid, "0::"+id+"\n")
+			}
+			clock := newFakeClock()
+			now := uint64(clock.Now().UnixMicro())
+			m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}, {Pid: 101, UsedGpuMemory: 1 << 30}, {Pid: 102, UsedGpuMemory: 1 << 30}}
+			for _, u := range tc.samples {
+				u.TimeStamp = now - u.TimeStamp
+				m.utils[0] = append(m.utils[0], u)
+			}
+			o := mockOptions(m, clock) // 10 s interval
+			o.ProcRoot = proc
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			for id, want := range tc.want {
+				require.InDelta(t, want, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", map[string]string{"id": id}), 1e-3, id)
+			}
+			// The next interval has no sample: nothing ran.
+			clock.Advance(10 * time.Second)
+			c.collectOnce(bg)
+			for id := range tc.want {
+				require.Zero(t, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", map[string]string{"id": id}), id)
+			}
+		})
+	}
+	// The period is learnt once: a later read with one sample of a
+	// bursty process counts it for one period of the interval.
+	t.Run("period kept from an earlier read", func(t *testing.T) {
+		m := newMockMachine(t, 1)
+		proc := t.TempDir()
+		writeProc(t, proc, 100, "0::/busy\n")
+		clock := newFakeClock()
+		m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}}
+		now := uint64(clock.Now().UnixMicro())
+		for _, u := range periodic(100, 20, s/2, 100) {
+			u.TimeStamp = now - u.TimeStamp
+			m.utils[0] = append(m.utils[0], u)
+		}
+		o := mockOptions(m, clock)
+		o.ProcRoot = proc
+		c, reg := testCollector(t, o)
+		c.collectOnce(bg)
+		require.InDelta(t, 100.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", nil), 1e-6)
+		clock.Advance(10 * time.Second)
+		m.mu.Lock()
+		m.utils[0] = append(m.utils[0], nvml.ProcessUtilizationSample{Pid: 100, TimeStamp: now + 5*s, SmUtil: 100})
+		m.mu.Unlock()
+		c.collectOnce(bg)
+		require.InDelta(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", nil), 1e-6, "one half-second period in 10 s")
+	})
+}
+
+// periodic is n samples of pid, one every period µs (offsets before the
+// read: period, 2 period, ...), at sm percent.
+func periodic(pid uint32, n int, period uint64, sm uint32) []nvml.ProcessUtilizationSample {
+	out := make([]nvml.ProcessUtilizationSample, n)
+	for i := range out {
+		out[i] = nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: uint64(i) * period, SmUtil: sm}
+	}
+	return out
+}
+
+// TestNVMLGraphicsProcessesCounted is R8 of the second review: graphics
+// contexts (Xorg, desktop applications on RTX and workstation GPUs) count
+// in a container's memory and processes, and the HELP texts say so
+// rather than "compute processes".
+func TestNVMLGraphicsProcessesCounted(t *testing.T) {
+	m := newMockMachine(t, 1)
+	proc := t.TempDir()
+	writeProc(t, proc, 300, "0::/system.slice/display-manager.service\n")
+	writeProc(t, proc, 301, "0::/system.slice/display-manager.service\n")
+	m.procs[0] = []nvml.ProcessInfo{{Pid: 301, UsedGpuMemory: 2 << 20}}
+	m.graphics[0] = []nvml.ProcessInfo{{Pid: 300, UsedGpuMemory: 64 << 20}, {Pid: 301, UsedGpuMemory: 4 << 20}}
+	o := mockOptions(m, newFakeClock())
+	o.ProcRoot = proc
+	c, reg := testCollector(t, o)
+	c.collectOnce(bg)
+	dm := map[string]string{"id": "/system.slice/display-manager.service"}
+	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", dm), "Xorg, and a process with both contexts once")
+	require.Equal(t, float64(68<<20), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", dm))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "gpuscope_gpu_container_processes", "gpuscope_gpu_container_memory_used_bytes", "gpuscope_gpu_container_sm_utilization_percent":
+			require.NotContains(t, mf.GetHelp(), "compute processes of", mf.GetName())
+			if mf.GetName() != "gpuscope_gpu_container_sm_utilization_percent" {
+				require.Contains(t, mf.GetHelp(), "graphics contexts", mf.GetName())
+			}
+		}
 	}
 }
