@@ -21,6 +21,9 @@ type reader struct {
 	// more of the same error.
 	lost bool
 	gone nvml.Return
+	// invalidUnsupported reads INVALID_ARGUMENT as NOT_SUPPORTED (GPM on
+	// a GPU in MIG mode).
+	invalidUnsupported bool
 }
 
 // driverGone reports whether ret means NVML itself no longer works: the
@@ -38,6 +41,9 @@ func driverGone(ret nvml.Return) bool {
 // calls mark the fields unsupported (their series are omitted, as DCGM
 // does); any other failure is counted once per field.
 func (r *reader) ok(ret nvml.Return, fs ...Field) bool {
+	if ret == nvml.ERROR_INVALID_ARGUMENT && r.invalidUnsupported {
+		ret = nvml.ERROR_NOT_SUPPORTED
+	}
 	switch ret {
 	case nvml.SUCCESS:
 		return true
