@@ -86,6 +86,9 @@ type Collector struct {
 	failures int
 	reopenAt time.Time
 	openErr  error
+	// restarts counts consecutive opens that found only a new process
+	// can read the GPUs (ErrRestartNeeded).
+	restarts int
 	// denied are the fields the driver refused gpuscope's user, logged once.
 	denied fieldSet
 
@@ -225,6 +228,11 @@ func (c *Collector) Run(ctx context.Context) error {
 			inflight = false
 			deadline.Stop()
 			c.publish(res)
+			if res.fatal != nil {
+				// The backend is not open: there is nothing to close.
+				c.logger.Error("GPU collector stopping gpuscope so that it is started again", "err", res.fatal)
+				return fmt.Errorf("gpu collector: %w", res.fatal)
+			}
 		case <-deadline.C:
 			c.mu.Lock()
 			c.timeouts++
@@ -269,7 +277,9 @@ func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
 type cycleResult struct {
 	s       *Sample
 	openErr error
-	dur     time.Duration
+	// fatal ends Run: only a new process can read the GPUs again.
+	fatal error
+	dur   time.Duration
 }
 
 // maxBackoff bounds the wait between two attempts to open the backend.
@@ -302,9 +312,18 @@ func (c *Collector) runCycle(ctx context.Context) cycleResult {
 		if err := c.backend.Open(ctx); err != nil {
 			c.openErr = err
 			c.fail(now)
-			return cycleResult{openErr: err, dur: time.Since(start)}
+			res := cycleResult{openErr: err, dur: time.Since(start)}
+			if errors.Is(err, ErrRestartNeeded) {
+				c.restarts++
+			} else {
+				c.restarts = 0
+			}
+			if c.restarts >= restartVotes {
+				res.fatal = err
+			}
+			return res
 		}
-		c.opened, c.openErr = true, nil
+		c.opened, c.openErr, c.restarts = true, nil, 0
 	}
 	// The cycle of the container attribution brackets the backend's:
 	// pids and names are cached for as long as GPUs list them.

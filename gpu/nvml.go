@@ -128,6 +128,11 @@ type nvmlGPU struct {
 	fieldValues []nvml.FieldValue // reused request for GetFieldValues
 	fieldMap    []fieldValueSpec  // what each entry of fieldValues feeds
 
+	// lastTemp is the last GPU temperature at or below 200 °C (tempValid:
+	// there was one), served in place of a higher reading as DCGM does.
+	lastTemp  float64
+	tempValid bool
+
 	nvlinkPrevKiB float64
 	nvlinkPrevAt  time.Time
 	nvlinkPrimed  bool
@@ -221,6 +226,11 @@ func (b *nvmlBackend) Open(ctx context.Context) (err error) {
 				return fmt.Errorf("NVIDIA GPU present (%s) but libnvidia-ml.so.1 cannot be loaded: install the driver's libraries, or give the container the NVIDIA runtime", dev)
 			}
 			return errNoDriver
+		}
+		if ret == nvml.ERROR_LIB_RM_VERSION_MISMATCH {
+			if why := restartWouldLoadMatch(b.procRoot); why != "" {
+				return fmt.Errorf("initialise NVML: %w (%s): %w", ret, why, ErrRestartNeeded)
+			}
 		}
 		return fmt.Errorf("initialise NVML: %w", ret)
 	}

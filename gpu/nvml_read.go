@@ -165,10 +165,20 @@ func (b *nvmlBackend) readThermalAndPower(r *reader, g *nvmlGPU) {
 	r.steps(
 		func() {
 			v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU)
-			// DCGM treats readings above 200 °C as blank.
-			if r.ok(ret, FieldGPUTemp) && v <= 200 {
-				s.Set(FieldGPUTemp, float64(v))
+			if !r.ok(ret, FieldGPUTemp) {
+				return
 			}
+			// DCGM does not store a reading above 200 °C (a sensor
+			// glitch) and answers OK, so its last value stays the
+			// latest: gpuscope serves that one too, or none before any.
+			if v > 200 {
+				if g.tempValid {
+					s.Set(FieldGPUTemp, g.lastTemp)
+				}
+				return
+			}
+			g.lastTemp, g.tempValid = float64(v), true
+			s.Set(FieldGPUTemp, g.lastTemp)
 		},
 		func() {
 			v, ret := d.GetPowerUsage()
@@ -261,7 +271,9 @@ func (b *nvmlBackend) readVGPULicense(r *reader, g *nvmlGPU) {
 	}
 	lf, ret := g.dev.GetGridLicensableFeatures()
 	if r.ok(ret, FieldVGPULicense) {
-		r.s.Set(FieldVGPULicense, vgpuLicensed(lf))
+		if v, ok := vgpuLicensed(lf); ok {
+			r.s.Set(FieldVGPULicense, v)
+		}
 	}
 }
 
@@ -340,18 +352,19 @@ func boolValue(b bool) float64 {
 }
 
 // vgpuLicensed follows DCGM: 0 without GRID licensing, else whether the
-// vGPU feature is licensed.
-func vgpuLicensed(lf nvml.GridLicensableFeatures) float64 {
+// vGPU feature is licensed; where licensing is supported but no vGPU
+// feature is listed, DCGM stores no value, and ok is false (blank).
+func vgpuLicensed(lf nvml.GridLicensableFeatures) (v float64, ok bool) {
 	if lf.IsGridLicenseSupported == 0 {
-		return 0
+		return 0, true
 	}
 	n := min(int(lf.LicensableFeaturesCount), len(lf.GridLicensableFeatures))
 	for _, f := range lf.GridLicensableFeatures[:n] {
 		if f.FeatureCode == uint32(nvml.GRID_LICENSE_FEATURE_CODE_VGPU) {
-			return boolValue(f.FeatureState > 0)
+			return boolValue(f.FeatureState > 0), true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // fieldValueSpec says what an entry of a GetFieldValues request feeds.

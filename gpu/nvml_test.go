@@ -192,7 +192,8 @@ func TestNVMLUnsupportedFieldsOmitted(t *testing.T) {
 	}
 	// v1 memory from the mock server: 80 GiB total, nothing used.
 	require.Equal(t, 81920.0, mustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", gpu1))
-	// Above 200 °C DCGM treats the reading as blank: omitted, but supported.
+	// Above 200 °C DCGM stores nothing; before any valid reading there is
+	// no value (TestNVMLGPUTempAbove200KeepsTheLast has the rest).
 	_, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"})
 	require.False(t, ok)
 	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "DCGM_FI_DEV_FB_USED"}))
@@ -1209,5 +1210,67 @@ func TestNVMLGraphicsProcessesCounted(t *testing.T) {
 				require.Contains(t, mf.GetHelp(), "graphics contexts", mf.GetName())
 			}
 		}
+	}
+}
+
+// TestNVMLGPUTempAbove200KeepsTheLast is finding 21: DCGM stores no GPU
+// temperature above 200 °C (a sensor glitch) and answers OK, so its last
+// value stays the latest; gpuscope serves that one too, none before any.
+func TestNVMLGPUTempAbove200KeepsTheLast(t *testing.T) {
+	m := newMockMachine(t, 1)
+	var temp atomic.Uint32
+	temp.Store(255)
+	m.devs[0].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return temp.Load(), nvml.SUCCESS }
+	c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+	gpu0 := map[string]string{"gpu": "0"}
+	for _, step := range []struct {
+		reading uint32
+		want    float64 // -1: no series
+	}{{255, -1}, {61, 61}, {255, 61}, {4000, 61}, {200, 200}} {
+		temp.Store(step.reading)
+		c.collectOnce(bg)
+		v, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu0)
+		if step.want < 0 {
+			require.False(t, ok, "reading %d", step.reading)
+			continue
+		}
+		require.True(t, ok, "reading %d", step.reading)
+		require.Equal(t, step.want, v, "reading %d", step.reading)
+	}
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+}
+
+// TestNVMLVGPULicense is finding 22: DCGM publishes 0 without GRID
+// licensing, the vGPU feature's state where it is listed, and nothing
+// where licensing is supported but no vGPU feature is listed.
+func TestNVMLVGPULicense(t *testing.T) {
+	feature := func(code nvml.GridLicenseFeatureCode, state uint32) nvml.GridLicensableFeature {
+		return nvml.GridLicensableFeature{FeatureCode: uint32(code), FeatureState: state}
+	}
+	for _, tc := range []struct {
+		name string
+		lf   nvml.GridLicensableFeatures
+		want float64 // -1: no series
+	}{
+		{"no GRID licensing", nvml.GridLicensableFeatures{}, 0},
+		{"vGPU licensed", nvml.GridLicensableFeatures{IsGridLicenseSupported: 1, LicensableFeaturesCount: 2,
+			GridLicensableFeatures: [3]nvml.GridLicensableFeature{feature(nvml.GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX, 0), feature(nvml.GRID_LICENSE_FEATURE_CODE_VGPU, 1)}}, 1},
+		{"vGPU not licensed", nvml.GridLicensableFeatures{IsGridLicenseSupported: 1, LicensableFeaturesCount: 1,
+			GridLicensableFeatures: [3]nvml.GridLicensableFeature{feature(nvml.GRID_LICENSE_FEATURE_CODE_VGPU, 0)}}, 0},
+		{"no vGPU feature listed: blank", nvml.GridLicensableFeatures{IsGridLicenseSupported: 1, LicensableFeaturesCount: 1,
+			GridLicensableFeatures: [3]nvml.GridLicensableFeature{feature(nvml.GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX, 1)}}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			m.devs[0].GetGridLicensableFeaturesFunc = func() (nvml.GridLicensableFeatures, nvml.Return) { return tc.lf, nvml.SUCCESS }
+			c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+			c.collectOnce(bg)
+			v, ok := lookup(t, reg, "DCGM_FI_DEV_VGPU_LICENSE_STATUS", nil)
+			require.Equal(t, tc.want >= 0, ok)
+			if ok {
+				require.Equal(t, tc.want, v)
+			}
+			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+		})
 	}
 }
