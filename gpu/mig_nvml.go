@@ -53,8 +53,8 @@ type migState struct {
 	// profilesRead: the profiles were listed (those NVML gave are in
 	// profiles).
 	profilesRead bool
-	procs    []nvml.ProcessInfo // scratch
-	pids     map[uint32]struct{}
+	procs        []nvml.ProcessInfo // scratch
+	pids         map[uint32]struct{}
 }
 
 // nvmlInstance is one GPU instance and the state its reads carry between
