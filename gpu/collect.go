@@ -278,6 +278,7 @@ func (d *descs) render(r *renderer, s *Sample) {
 			renderContainers(r, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
 			renderOrphans(r, d.orphanMemory, d.orphanProcs, g, info.dcgmLabels)
 		}
+		d.renderUnified(r, g)
 		renderSupported(r, d.fieldSupported, d.enabled, g.set, g.unsupported, info.ownLabels[0], info.ownLabels[1])
 		d.renderInstances(r, g)
 	}

@@ -128,6 +128,9 @@ type nvmlGPU struct {
 	fieldValues []nvml.FieldValue // reused request for GetFieldValues
 	fieldMap    []fieldValueSpec  // what each entry of fieldValues feeds
 
+	// unifiedLogged: that the GPU has no framebuffer of its own was logged.
+	unifiedLogged bool
+
 	// lastTemp is the last GPU temperature at or below 200 °C (tempValid:
 	// there was one), served in place of a higher reading as DCGM does.
 	lastTemp  float64

@@ -5,7 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -239,11 +243,70 @@ func (b *nvmlBackend) readUtilization(r *reader, g *nvmlGPU) {
 }
 
 // readFramebuffer reads the GPU's memory; in MIG mode it is read per GPU
-// instance instead (readMIG).
+// instance instead (readMIG). A GPU without a framebuffer of its own
+// (DGX Spark's GB10 and other integrated GPUs, which share the host's
+// memory) answers NOT_SUPPORTED: its DCGM_FI_DEV_FB_* are then the system
+// memory's, as nvtop, nvitop, GPUd and all-smi show it (total MemTotal,
+// free MemAvailable, used the difference), marked by
+// gpuscope_gpu_memory_unified 1, so that the memory bar,
+// GPUMemoryAlmostFull and the leak and exhaustion rules go on working.
+// Used counts the host's use as well as the GPU's: on such a machine
+// that is what leaves the GPU short.
 func (b *nvmlBackend) readFramebuffer(r *reader, g *nvmlGPU) {
-	if !g.mig.enabled() {
-		readMemory(r, g.dev, b.syms.memoryV2)
+	if g.mig.enabled() {
+		return
 	}
+	if !readMemory(r, g.dev, b.syms.memoryV2) {
+		return
+	}
+	total, avail, err := systemMemory(filepath.Join(b.procRoot, "meminfo"))
+	if err != nil {
+		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldFBUsed].name,
+			err: fmt.Errorf("the GPU has no framebuffer of its own (unified memory), and the system memory cannot be read: %w", err)})
+		return
+	}
+	r.s.unsupported &^= fieldSetOf(FieldFBFree, FieldFBUsed, FieldFBTotal)
+	r.s.Set(FieldFBTotal, mib(total))
+	r.s.Set(FieldFBFree, mib(avail))
+	r.s.Set(FieldFBUsed, mib(total-avail))
+	r.s.unifiedMemory = true
+	if !g.unifiedLogged {
+		g.unifiedLogged = true
+		b.logger.Info("The GPU has no framebuffer of its own (unified memory); DCGM_FI_DEV_FB_* are the system memory's (gpuscope_gpu_memory_unified 1)", "gpu", g.label)
+	}
+}
+
+// systemMemory reads MemTotal and MemAvailable, in bytes, from a
+// /proc/meminfo.
+func systemMemory(path string) (total, avail uint64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	var haveTotal, haveAvail bool
+	for line := range strings.Lines(string(b)) {
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok || (key != "MemTotal" && key != "MemAvailable") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("%s: unexpected %s line %q", path, key, strings.TrimSpace(line))
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %s: %w", path, key, err)
+		}
+		if key == "MemTotal" {
+			total, haveTotal = kb*1024, true
+		} else {
+			avail, haveAvail = kb*1024, true
+		}
+	}
+	if !haveTotal || !haveAvail || avail > total {
+		return 0, 0, fmt.Errorf("%s: no MemTotal and MemAvailable", path)
+	}
+	return total, avail, nil
 }
 
 // readRemappedRows reads the rows remapped for memory errors and whether
@@ -321,7 +384,10 @@ func (b *nvmlBackend) readGPUProcesses(r *reader, g *nvmlGPU, now time.Time) {
 
 // readMemory uses the v2 memory info, which splits the reserved part out of
 // "used" as DCGM does with driver 510 and later; older drivers only have v1.
-func readMemory(r *reader, d nvml.Device, haveV2 bool) {
+// noFramebuffer reports that the driver says the device has no memory
+// figures at all (NOT_SUPPORTED from v1 too): the fields are then marked
+// unsupported.
+func readMemory(r *reader, d nvml.Device, haveV2 bool) (noFramebuffer bool) {
 	m, ret := nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
 	if haveV2 {
 		m, ret = d.GetMemoryInfo_v2()
@@ -334,7 +400,11 @@ func readMemory(r *reader, d nvml.Device, haveV2 bool) {
 			r.s.Set(FieldFBTotal, mib(m1.Total))
 			r.s.unsupported.add(FieldFBReserved)
 		}
-		return
+		if ret1 == nvml.ERROR_NOT_SUPPORTED {
+			r.s.unsupported.add(FieldFBReserved)
+			return true
+		}
+		return false
 	}
 	if r.ok(ret, FieldFBFree, FieldFBUsed, FieldFBReserved, FieldFBTotal) {
 		r.s.Set(FieldFBFree, mib(m.Free))
@@ -342,6 +412,7 @@ func readMemory(r *reader, d nvml.Device, haveV2 bool) {
 		r.s.Set(FieldFBReserved, mib(m.Reserved))
 		r.s.Set(FieldFBTotal, mib(m.Total))
 	}
+	return false
 }
 
 func boolValue(b bool) float64 {
