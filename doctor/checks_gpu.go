@@ -109,7 +109,7 @@ func gpusCheck(f *gpu.Facts) Check {
 	}
 	if len(broken) > 0 {
 		return warn("gpus", fmt.Sprintf("%d of %d GPUs identified; %s", len(f.GPUs)-len(broken), len(f.GPUs), strings.Join(broken, "; ")),
-			"a GPU that cannot be read is lost or in reset: check `nvidia-smi` and dmesg for XID errors; gpuscope retries it every cycle")
+			"a GPU that cannot be read is lost or in reset: check `nvidia-smi` and dmesg for XID errors; gpuscope retries it every 4 sampling cycles")
 	}
 	return ok("gpus", fmt.Sprintf("%d GPU%s: %s", len(f.GPUs), plural(len(f.GPUs)), strings.Join(seen, ", ")))
 }
