@@ -46,6 +46,9 @@ func applianceChecks(ctx context.Context, o *Options) []Check {
 	if o.Config.Cadvisor.Enabled {
 		checks = append(checks, containersCheck(ctx, o))
 	}
+	if c, found := runningKernelLogCheck(ctx, o); found {
+		checks = append(checks, c)
+	}
 	return append(checks, scrapeChecks(targets.ActiveTargets, o.Now())...)
 }
 
@@ -166,6 +169,41 @@ func containersCheck(ctx context.Context, o *Options) Check {
 			"run gpuscope's container with --cgroupns host and /sys mounted (-v /sys:/sys:ro)")
 	}
 	return ok(name, summary)
+}
+
+// runningKernelLogCheck asks the running gpuscope whether each node's GPU
+// collector reads XIDs from the kernel log: the service's own user and
+// unit decide, not the user running doctor. found is false where no node
+// reads NVML.
+func runningKernelLogCheck(ctx context.Context, o *Options) (c Check, found bool) {
+	const name = "xid-kernel-log/running"
+	var res struct {
+		Result []struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"`
+		} `json:"result"`
+	}
+	if err := apiGet(ctx, o, "/api/v1/query", url.Values{"query": {`max by (instance) (gpuscope_gpu_collector_kernel_log_reading)`}}, &res); err != nil {
+		return warn(name, "cannot ask the running gpuscope whether it reads the kernel log: "+err.Error(), ""), true
+	}
+	var reading, not []string
+	for _, r := range res.Result {
+		if s, _ := r.Value[1].(string); s == "1" {
+			reading = append(reading, r.Metric["instance"])
+		} else {
+			not = append(not, r.Metric["instance"])
+		}
+	}
+	slices.Sort(reading)
+	slices.Sort(not)
+	switch {
+	case len(reading)+len(not) == 0:
+		return Check{}, false
+	case len(not) > 0:
+		return warn(name, fmt.Sprintf("the GPU collector on %s cannot read the kernel log: XIDs NVML does not deliver (79, 119, 120) are missed there", strings.Join(not, ", ")),
+			kernelLogHint), true
+	}
+	return ok(name, fmt.Sprintf("the GPU collector on %s reads XIDs from the kernel log as well as from NVML", strings.Join(reading, ", "))), true
 }
 
 // apiGet GETs a Prometheus API path of the running gpuscope and decodes

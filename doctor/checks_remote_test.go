@@ -100,6 +100,7 @@ func TestApplianceChecks(t *testing.T) {
 	const all, below, image = `count by (instance) (container_start_time_seconds)`,
 		`count by (instance) (container_start_time_seconds{id!="/"})`,
 		`count by (instance) (container_start_time_seconds{image!=""})`
+	const kernelLog = `max by (instance) (gpuscope_gpu_collector_kernel_log_reading)`
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedURL := "http://" + closed.Addr().String()
@@ -130,6 +131,33 @@ func TestApplianceChecks(t *testing.T) {
 				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 1 active target"},
 				{Name: "containers", Status: StatusWarn, Summary: "cAdvisor sees gpu-01: 30 cgroups, 2 with an image; ws: 1 cgroups, 0 with an image; on ws only the root cgroup: gpuscope sees only its own container",
 					Hint: "run gpuscope's container with --cgroupns host and /sys mounted (-v /sys:/sys:ro)"},
+				{Name: "scrape/gpu", Status: StatusOK, Summary: "ws last scraped 4s ago"},
+			},
+		},
+		{
+			name: "a node that cannot read the kernel log",
+			url: func(t *testing.T) string {
+				return fakeAppliance(t, targets, map[string]map[string]int{all: {"ws": 12}, below: {"ws": 11}, image: {"ws": 3},
+					kernelLog: {"ws": 0, "gpu-01": 1}}).URL
+			},
+			want: []Check{
+				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 1 active target"},
+				{Name: "containers", Status: StatusOK, Summary: "cAdvisor sees ws: 12 cgroups, 3 with an image"},
+				{Name: "xid-kernel-log/running", Status: StatusWarn, Summary: "the GPU collector on ws cannot read the kernel log: XIDs NVML does not deliver (79, 119, 120) are missed there",
+					Hint: kernelLogHint},
+				{Name: "scrape/gpu", Status: StatusOK, Summary: "ws last scraped 4s ago"},
+			},
+		},
+		{
+			name: "every node reads the kernel log",
+			url: func(t *testing.T) string {
+				return fakeAppliance(t, targets, map[string]map[string]int{all: {"ws": 12}, below: {"ws": 11}, image: {"ws": 3},
+					kernelLog: {"ws": 1, "gpu-01": 1}}).URL
+			},
+			want: []Check{
+				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 1 active target"},
+				{Name: "containers", Status: StatusOK, Summary: "cAdvisor sees ws: 12 cgroups, 3 with an image"},
+				{Name: "xid-kernel-log/running", Status: StatusOK, Summary: "the GPU collector on gpu-01, ws reads XIDs from the kernel log as well as from NVML"},
 				{Name: "scrape/gpu", Status: StatusOK, Summary: "ws last scraped 4s ago"},
 			},
 		},

@@ -81,6 +81,9 @@ type Options struct {
 	// are mounted (default /proc and /sys/fs/cgroup).
 	ProcRoot   string
 	CgroupRoot string
+	// KernelLog is the kernel's log device, where the driver logs every
+	// XID (default /dev/kmsg).
+	KernelLog string
 	// The rest replace the operating system in tests: the effective user
 	// id, a PATH lookup and the clock.
 	Geteuid  func() int
@@ -120,6 +123,9 @@ func (o Options) withDefaults() Options {
 		o.CgroupRoot = "/sys/fs/cgroup"
 	}
 	o.CgroupRoot = filepath.Clean(o.CgroupRoot)
+	if o.KernelLog == "" {
+		o.KernelLog = "/dev/kmsg"
+	}
 	if o.Geteuid == nil {
 		o.Geteuid = os.Geteuid
 	}

@@ -89,8 +89,9 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("gpu.timeout: must not be negative, got %s", c.Timeout)
 	}
-	if c.Interval > 0 && c.Interval < model.Duration(100*time.Millisecond) {
-		return fmt.Errorf("gpu.interval: %s is below the minimum of 100ms", c.Interval)
+	// GPM computes its metrics from two samples more than 100 ms apart.
+	if c.Interval > 0 && c.Interval <= model.Duration(100*time.Millisecond) {
+		return fmt.Errorf("gpu.interval: %s is not above the minimum of 100ms", c.Interval)
 	}
 	switch c.HostnameLabel {
 	case HostnameLabelDCGM, HostnameLabelLower, HostnameLabelNone:

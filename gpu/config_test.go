@@ -64,7 +64,10 @@ func TestConfigValidate(t *testing.T) {
 		{"default", func(*Config) {}, ""},
 		{"backend", func(c *Config) { c.Backend = "foo" }, `gpu.backend: unknown backend "foo" (want auto, nvml, sim or none)`},
 		{"interval", func(c *Config) { c.Interval = model.Duration(-time.Second) }, "gpu.interval: must not be negative"},
-		{"tiny interval", func(c *Config) { c.Interval = model.Duration(time.Millisecond) }, "gpu.interval: 1ms is below the minimum of 100ms"},
+		{"tiny interval", func(c *Config) { c.Interval = model.Duration(time.Millisecond) }, "gpu.interval: 1ms is not above the minimum of 100ms"},
+		// Finding 24: GPM needs its samples more than 100 ms apart.
+		{"interval at the minimum", func(c *Config) { c.Interval = model.Duration(100 * time.Millisecond) }, "gpu.interval: 100ms is not above the minimum of 100ms"},
+		{"interval above the minimum", func(c *Config) { c.Interval = model.Duration(101 * time.Millisecond) }, ""},
 		{"timeout", func(c *Config) { c.Timeout = model.Duration(-time.Second) }, "gpu.timeout: must not be negative"},
 		{"hostname label", func(c *Config) { c.HostnameLabel = "host" }, `gpu.hostname_label: unknown value "host" (want Hostname, hostname or none)`},
 	} {

@@ -180,8 +180,8 @@ var fields = [numFields]fieldSpec{
 	FieldPCIeTxRate:       {"gpuscope_gpu_pcie_tx_bytes_per_second", "PCIe bytes per second sent by the GPU (GPM average over the sampling interval where the GPU has GPM, else NVML's 20 ms PCIe throughput sample).", prometheus.GaugeValue, famDefault, kindOwn},
 	FieldPCIeRxRate:       {"gpuscope_gpu_pcie_rx_bytes_per_second", "PCIe bytes per second received by the GPU (GPM average over the sampling interval where the GPU has GPM, else NVML's 20 ms PCIe throughput sample).", prometheus.GaugeValue, famDefault, kindOwn},
 	FieldClockEvents:      {"gpuscope_gpu_clock_event_active", "1 while the reason holds the GPU clocks down (NVML clock event reasons).", prometheus.GaugeValue, famClockEvents, kindSpecial},
-	FieldContainerMemory:  {"gpuscope_gpu_container_memory_used_bytes", "GPU memory used by the compute processes of a container (cgroup id as cAdvisor names it).", prometheus.GaugeValue, famProcesses, kindSpecial},
-	FieldContainerSM:      {"gpuscope_gpu_container_sm_utilization_percent", "SM utilization of a container's compute processes on the GPU over the sampling interval (0-100, the scale of DCGM_FI_DEV_GPU_UTIL).", prometheus.GaugeValue, famProcesses, kindSpecial},
+	FieldContainerMemory:  {"gpuscope_gpu_container_memory_used_bytes", "GPU memory used by the processes of a container that the driver lists on the GPU: compute processes, MPS clients and graphics contexts (cgroup id as cAdvisor names it).", prometheus.GaugeValue, famProcesses, kindSpecial},
+	FieldContainerSM:      {"gpuscope_gpu_container_sm_utilization_percent", "SM utilization of a container's processes on the GPU averaged over the sampling interval (0-100, the scale of DCGM_FI_DEV_GPU_UTIL): each of NVML's per-process samples counts for the driver's sample period, periods without one as idle; where the driver's timestamps show no period yet, the mean of the samples.", prometheus.GaugeValue, famProcesses, kindSpecial},
 }
 
 // String is the name of the metric f feeds, as in the field label of

@@ -322,7 +322,9 @@ func newRegistry(t testing.TB, c *Collector) *prometheus.Registry {
 func mockOptions(m *mockMachine, clock *fakeClock) Options {
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
-	return Options{Config: cfg, NVML: m.srv, Now: clock.Now, Interval: 10 * time.Second}
+	// The host's kernel log is not the mock's: tests that read one give
+	// their own (KernelLog).
+	return Options{Config: cfg, NVML: m.srv, Now: clock.Now, Interval: 10 * time.Second, KernelLog: "-"}
 }
 
 // series is one gathered sample.
