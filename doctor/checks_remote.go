@@ -105,7 +105,9 @@ func scrapeChecks(targets []target, now time.Time) []Check {
 			checks = append(checks, warn(name, strings.Join(late, "; "),
 				"scrapes are late: gpuscope is overloaded or the target answers slowly (scrape_duration_seconds)"))
 		case len(pending) == len(ts):
-			checks = append(checks, ok(name, fmt.Sprintf("%d target%s, first scrape pending", len(ts), plural(len(ts)))))
+			c := ok(name, fmt.Sprintf("%d target%s, first scrape pending", len(ts), plural(len(ts))))
+			c.Pending = true
+			checks = append(checks, c)
 		default:
 			s := fmt.Sprintf("%d target%s, last scraped %s ago at most", len(ts), plural(len(ts)), oldest.Round(time.Second))
 			if len(ts) == 1 {
@@ -148,8 +150,10 @@ func containersCheck(ctx context.Context, o *Options) Check {
 		}
 	}
 	if len(counts) == 0 {
-		return warn(name, "cAdvisor has published no container yet",
+		c := warn(name, "cAdvisor has published no container yet",
 			"wait one scrape interval; if it stays so, see the cadvisor scrape and gpuscope's log")
+		c.Pending = true
+		return c
 	}
 	var insts, alone, seen []string
 	for inst := range counts {

@@ -56,7 +56,7 @@ func TestScrapeChecks(t *testing.T) {
 		{
 			name:    "first scrape pending",
 			targets: []target{tgt("gpu", "ws", "unknown", -1, "")},
-			want:    []Check{{Name: "scrape/gpu", Status: StatusOK, Summary: "1 target, first scrape pending"}},
+			want:    []Check{{Name: "scrape/gpu", Status: StatusOK, Summary: "1 target, first scrape pending", Pending: true}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,7 +166,7 @@ func TestApplianceChecks(t *testing.T) {
 			url:  func(t *testing.T) string { return fakeAppliance(t, nil, nil).URL },
 			want: []Check{
 				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 0 active targets"},
-				{Name: "containers", Status: StatusWarn, Summary: "cAdvisor has published no container yet"},
+				{Name: "containers", Status: StatusWarn, Summary: "cAdvisor has published no container yet", Pending: true},
 			},
 		},
 		{

@@ -46,6 +46,10 @@ type Check struct {
 	Summary string `json:"summary"`
 	// Hint is one line saying what to do; empty when nothing is.
 	Hint string `json:"hint,omitempty"`
+	// Pending says the answer waits on what comes within a scrape
+	// interval of a start (a first scrape, cAdvisor's first containers),
+	// so a Cache asks again soon instead of serving it for a minute.
+	Pending bool `json:"-"`
 }
 
 // Options are what the checks look at. Only Config is needed; the rest
