@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 
 	config_util "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
+
+	"github.com/gpuscope/gpuscope/gpu"
 )
 
 // Clock skew thresholds between the appliance and a node. node-cadvisor
@@ -43,6 +46,9 @@ func applianceChecks(ctx context.Context, o *Options) []Check {
 			"start `gpuscope serve`, or point --url at it (http://user:password@host:port with basic auth)")}
 	}
 	checks := []Check{ok("appliance", fmt.Sprintf("gpuscope answers at %s, %d active target%s", redact(o.URL), len(targets.ActiveTargets), plural(len(targets.ActiveTargets))))}
+	if c, found := settingsCheck(ctx, o); found {
+		checks = append(checks, c)
+	}
 	if o.Config.Cadvisor.Enabled {
 		checks = append(checks, containersCheck(ctx, o))
 	}
@@ -50,6 +56,35 @@ func applianceChecks(ctx context.Context, o *Options) []Check {
 		checks = append(checks, c)
 	}
 	return append(checks, scrapeChecks(targets.ActiveTargets, o.Now())...)
+}
+
+// settingsCheck compares what these checks looked at with what the
+// running gpuscope uses (its /api/v1/status/flags): a doctor run without
+// the flags serve was started with (--demo, --storage.tsdb.path) checks
+// another data directory or the host's driver instead of the demo's
+// simulated GPUs, and says so here. found is false when the running
+// gpuscope does not say.
+func settingsCheck(ctx context.Context, o *Options) (c Check, found bool) {
+	const name = "settings"
+	var flags map[string]string
+	if err := apiGet(ctx, o, "/api/v1/status/flags", nil, &flags); err != nil || flags["storage.tsdb.path"] == "" {
+		return Check{}, false
+	}
+	var differ []string
+	var hint []string
+	if dir := flags["storage.tsdb.path"]; filepath.Clean(dir) != filepath.Clean(o.DataDir) {
+		differ = append(differ, fmt.Sprintf("it keeps its data in %s, these checks looked at %s", dir, o.DataDir))
+		hint = append(hint, "--storage.tsdb.path="+dir)
+	}
+	if flags["demo"] == "true" && o.Config.GPU.Backend != gpu.BackendSim {
+		differ = append(differ, "it runs the demo's simulated GPUs, these checks looked at this host's driver")
+		hint = append(hint, "--demo")
+	}
+	if len(differ) == 0 {
+		return ok(name, "these checks looked at what the running gpuscope uses"), true
+	}
+	return warn(name, "the running gpuscope was started otherwise: "+strings.Join(differ, "; "),
+		"run `gpuscope doctor "+strings.Join(hint, " ")+"` (with serve's --config.file too) to check what it uses"), true
 }
 
 // target is one of /api/v1/targets's active targets.

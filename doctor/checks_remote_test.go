@@ -296,3 +296,48 @@ func TestClockChecks(t *testing.T) {
 	o = Options{Config: config.Default(nil)}.withDefaults()
 	require.Empty(t, clockChecks(context.Background(), &o), "no nodes, no clock checks")
 }
+
+// TestSettingsCheck: a doctor run that looks at another data directory or
+// at the host's driver while the running gpuscope runs the demo says so,
+// and names the flags to give; a gpuscope that does not say its flags is
+// no check at all.
+func TestSettingsCheck(t *testing.T) {
+	serve := func(t *testing.T, flags map[string]string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/api/v1/status/flags" || flags == nil {
+				http.NotFound(w, r)
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": flags})
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	demo := config.Default(nil)
+	demo.GPU.Backend = "sim"
+	for _, tc := range []struct {
+		name    string
+		flags   map[string]string
+		cfg     *config.Config
+		dataDir string
+		want    Check
+		found   bool
+	}{
+		{"same", map[string]string{"storage.tsdb.path": "data/", "demo": "false"}, config.Default(nil), "data", ok("settings", "these checks looked at what the running gpuscope uses"), true},
+		{"the demo, checked as a plain serve", map[string]string{"storage.tsdb.path": "data-demo/", "demo": "true"}, config.Default(nil), "data/",
+			warn("settings", "the running gpuscope was started otherwise: it keeps its data in data-demo/, these checks looked at data/; it runs the demo's simulated GPUs, these checks looked at this host's driver",
+				"run `gpuscope doctor --storage.tsdb.path=data-demo/ --demo` (with serve's --config.file too) to check what it uses"), true},
+		{"the demo, checked with --demo", map[string]string{"storage.tsdb.path": "data-demo/", "demo": "true"}, demo, "data-demo", ok("settings", "these checks looked at what the running gpuscope uses"), true},
+		{"another data directory", map[string]string{"storage.tsdb.path": "/var/lib/gpuscope", "demo": "false"}, config.Default(nil), "data/",
+			warn("settings", "the running gpuscope was started otherwise: it keeps its data in /var/lib/gpuscope, these checks looked at data/",
+				"run `gpuscope doctor --storage.tsdb.path=/var/lib/gpuscope` (with serve's --config.file too) to check what it uses"), true},
+		{"flags not served", nil, config.Default(nil), "data/", Check{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Config: tc.cfg, URL: serve(t, tc.flags), DataDir: tc.dataDir}.withDefaults()
+			got, found := settingsCheck(context.Background(), &o)
+			require.Equal(t, tc.found, found)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
