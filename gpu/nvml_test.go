@@ -661,8 +661,17 @@ func TestNVMLOptionalFamilies(t *testing.T) {
 	o := mockOptions(m, newFakeClock())
 	c, reg := testCollector(t, o)
 	c.collectOnce(bg)
-	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
-		require.Empty(t, gather(t, reg, name), "%s is off by default", name)
+	require.Empty(t, gather(t, reg, "DCGM_FI_DEV_THERMAL_VIOLATION"), "violations are off by default")
+	// What the built-in hardware alerts read is on by default.
+	for _, name := range []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.NotEmpty(t, gather(t, reg, name), "%s is on by default", name)
+	}
+
+	o.Config.Families = Families{Violations: true}
+	c, reg = testCollector(t, o)
+	c.collectOnce(bg)
+	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.Empty(t, gather(t, reg, name), "%s is off when its family is", name)
 	}
 
 	o.Config.Families = Families{ECC: true, Violations: true, RetiredPages: true, NVLinkErrors: true, ClockEvents: true}
