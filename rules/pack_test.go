@@ -97,7 +97,35 @@ func TestPackAlertsDocumented(t *testing.T) {
 			require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], "severity of %s", r.Alert)
 			require.NotEmpty(t, r.Annotations["summary"], "summary of %s", r.Alert)
 			require.Greater(t, len(r.Annotations["description"]), 200, "description of %s says what to look at next", r.Alert)
+			if runbookGroups[g.Name] {
+				require.Greater(t, len(r.Annotations["runbook"]), 100, "runbook of %s says what to do", r.Alert)
+			}
+			for k, v := range r.Annotations {
+				// NVML monitors count as users of a GPU: nvidia-smi
+				// refuses to reset one while gpuscope holds it.
+				if gpuReset.MatchString(v) {
+					require.Contains(t, v, "systemctl stop gpuscope", "%s of %s tells to reset a GPU without stopping gpuscope first", k, r.Alert)
+				}
+			}
 		}
+	}
+}
+
+// runbookGroups are the groups whose alerts each have a runbook
+// annotation: what to do (drain, reset, reboot, RMA).
+var runbookGroups = map[string]bool{"gpuscope.health": true, "gpuscope.host": true}
+
+// gpuReset is an instruction to reset a GPU.
+var gpuReset = regexp.MustCompile(`nvidia-smi (-r|--gpu-reset) -i`)
+
+func TestGPUResetPattern(t *testing.T) {
+	for text, want := range map[string]bool{
+		"run nvidia-smi -r -i {{ $labels.gpu }}":       true,
+		"nvidia-smi --gpu-reset -i 3":                  true,
+		"nvidia-smi -r cannot reach a GPU that is off": false,
+		"nvidia-smi -q -d ROW_REMAPPER":                false,
+	} {
+		require.Equal(t, want, gpuReset.MatchString(text), text)
 	}
 }
 
