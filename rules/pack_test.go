@@ -215,6 +215,18 @@ func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
 		require.Equal(t, model.Duration(time.Minute), hourly.Interval, "1h / 60")
 		require.NotNil(t, hourly.QueryOffset)
 		require.Equal(t, model.Duration(5*time.Second), *hourly.QueryOffset, "its query offset, 5m / 60, still five of the minute group's samples behind")
+
+		// The demo: 30×, 15 s scrapes. The hour's windows are floored at
+		// ten scrapes (150 s), and so is the hour itself, so that the
+		// samples of the roll-up do not overlap; the minute group keeps
+		// its 2 s.
+		rgs = load("accounting.yml")
+		_, err = applyPack(rgs, packOptions{timeScale: 30, minRange: 150 * time.Second}, p)
+		require.NoError(t, err)
+		require.Equal(t, model.Duration(2*time.Second), rgs.Groups[0].Interval)
+		hourly = rgs.Groups[1]
+		require.Equal(t, model.Duration(150*time.Second), hourly.Interval)
+		require.Contains(t, find(rgs, "gpu_workload:gpu_held:sum1h").Expr, "[2m30s]")
 	})
 
 	t.Run("disabled groups and rules, overrides", func(t *testing.T) {
