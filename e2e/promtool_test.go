@@ -57,7 +57,7 @@ func TestPromtoolChecksExportedRules(t *testing.T) {
 // also promtool over the tests in place, without a second 30-second run.
 func TestPromtoolTestsPack(t *testing.T) {
 	t.Parallel()
-	tests, err := filepath.Glob(filepath.Join("..", "query", "pack", "tests", "*.test.yml"))
+	tests, err := filepath.Glob(filepath.Join("..", "rules", "pack", "tests", "*.test.yml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, tests)
 
@@ -68,7 +68,7 @@ func TestPromtoolTestsPack(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, exported, len(rules.Pack()))
 	for _, f := range exported {
-		require.Equal(t, readFile(t, filepath.Join("..", "query", "pack", filepath.Base(f))), readFile(t, f), f)
+		require.Equal(t, readFile(t, filepath.Join("..", "rules", "pack", filepath.Base(f))), readFile(t, f), f)
 	}
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "tests"), 0o755))
 	var copies []string
@@ -82,7 +82,7 @@ func TestPromtoolTestsPack(t *testing.T) {
 	require.Equal(t, len(tests), strings.Count(out, "  SUCCESS"), out)
 
 	// A failing unit test fails promtool: the runs above are not vacuous.
-	broken := strings.Replace(readFile(t, filepath.Join("..", "query", "pack", "tests", "gpu.test.yml")), "severity: warning", "severity: page", 1)
+	broken := strings.Replace(readFile(t, filepath.Join("..", "rules", "pack", "tests", "gpu.test.yml")), "severity: warning", "severity: page", 1)
 	b := filepath.Join(dir, "tests", "broken.test.yml")
 	require.NoError(t, os.WriteFile(b, []byte(broken), 0o644))
 	out, code = promtool(t, "test", "rules", b)
