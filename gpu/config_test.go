@@ -31,7 +31,8 @@ interval: 5s
 timeout: 2s
 hostname_label: hostname
 families:
-  ecc: true
+  ecc: false
+  violations: true
   profiling: false
 `)
 	require.NoError(t, err)
@@ -40,7 +41,7 @@ families:
 	require.Equal(t, model.Duration(5*time.Second), cfg.Interval)
 	require.Equal(t, model.Duration(2*time.Second), cfg.Timeout)
 	require.Equal(t, HostnameLabelLower, cfg.HostnameLabel)
-	require.Equal(t, Families{ECC: true, Processes: true}, cfg.Families, "unset keys keep their defaults")
+	require.Equal(t, Families{Processes: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}, cfg.Families, "unset keys keep their defaults")
 
 	_, err = decode(t, "backend: nvml\nintervall: 5s\n")
 	require.ErrorContains(t, err, "intervall")

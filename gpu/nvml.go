@@ -288,6 +288,10 @@ type nvmlSymbols struct {
 	gridLicense    bool
 	pcieThroughput bool
 	pcieReplay     bool
+	// Older than R450, guarded all the same: a driver that lacks them
+	// costs their field, not the process.
+	fanSpeed           bool
+	enforcedPowerLimit bool
 }
 
 // symbolNames maps each guarded function to its flag; tests use it to
@@ -313,6 +317,8 @@ var symbolNames = []struct {
 	{"nvmlDeviceGetGridLicensableFeatures", func(s *nvmlSymbols) *bool { return &s.gridLicense }},
 	{"nvmlDeviceGetPcieThroughput", func(s *nvmlSymbols) *bool { return &s.pcieThroughput }},
 	{"nvmlDeviceGetPcieReplayCounter", func(s *nvmlSymbols) *bool { return &s.pcieReplay }},
+	{"nvmlDeviceGetFanSpeed", func(s *nvmlSymbols) *bool { return &s.fanSpeed }},
+	{"nvmlDeviceGetEnforcedPowerLimit", func(s *nvmlSymbols) *bool { return &s.enforcedPowerLimit }},
 }
 
 func lookupSymbols(lib nvml.Interface) nvmlSymbols {

@@ -114,6 +114,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 		func() { b.readUtilization(&r, g) },
 		func() { b.readFramebuffer(&r, g) },
 		func() { b.readRemappedRows(&r, g) },
+		func() { b.readHealth(&r, g) },
 		func() { b.readVGPULicense(&r, g) },
 		func() { b.readFieldValues(&r, g, now) },
 		func() { b.readGPM(&r, g) },
@@ -310,19 +311,80 @@ func systemMemory(path string) (total, avail uint64, err error) {
 }
 
 // readRemappedRows reads the rows remapped for memory errors and whether
-// remapping failed.
+// a remapping failed or waits for a GPU reset.
 func (b *nvmlBackend) readRemappedRows(r *reader, g *nvmlGPU) {
+	fs := []Field{FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure, FieldRowRemapPending}
 	if !b.syms.remappedRows {
-		r.s.unsupported.add(FieldCorRemappedRows)
-		r.s.unsupported.add(FieldUncRemappedRows)
-		r.s.unsupported.add(FieldRowRemapFailure)
+		for _, f := range fs {
+			r.s.unsupported.add(f)
+		}
 		return
 	}
-	corr, unc, _, failed, ret := g.dev.GetRemappedRows()
-	if r.ok(ret, FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure) {
+	corr, unc, pending, failed, ret := g.dev.GetRemappedRows()
+	if r.ok(ret, fs...) {
 		r.s.Set(FieldCorRemappedRows, float64(corr))
 		r.s.Set(FieldUncRemappedRows, float64(unc))
 		r.s.Set(FieldRowRemapFailure, boolValue(failed))
+		r.s.Set(FieldRowRemapPending, boolValue(pending))
+	}
+}
+
+// readHealth reads the fan speed, the power limit the driver enforces and
+// the recovery action it asks for, as DCGM does: nvmlDeviceGetFanSpeed
+// (fan 0, percent), nvmlDeviceGetEnforcedPowerLimit (mW, whole watts as
+// DCGM's integer division leaves them) and the field value
+// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (drivers from R550). Passively
+// cooled GPUs answer NOT_SUPPORTED for the fan and lose only that series.
+// The recovery action is asked in a request of its own: a driver older
+// than the field answers for it alone (NOT_SUPPORTED, or INVALID_ARGUMENT
+// for an id it does not know), which is unsupported, not an error, and
+// leaves the batched request of readFieldValues untouched.
+func (b *nvmlBackend) readHealth(r *reader, g *nvmlGPU) {
+	d, s := g.dev, r.s
+	r.steps(
+		func() {
+			if !b.syms.fanSpeed {
+				s.unsupported.add(FieldFanSpeed)
+				return
+			}
+			if v, ret := d.GetFanSpeed(); r.ok(ret, FieldFanSpeed) {
+				s.Set(FieldFanSpeed, float64(v))
+			}
+		},
+		func() {
+			if !b.syms.enforcedPowerLimit {
+				s.unsupported.add(FieldEnforcedPowerLimit)
+				return
+			}
+			if v, ret := d.GetEnforcedPowerLimit(); r.ok(ret, FieldEnforcedPowerLimit) {
+				s.Set(FieldEnforcedPowerLimit, float64(v/1000))
+			}
+		},
+		func() { b.readRecoveryAction(r, g) },
+	)
+}
+
+// readRecoveryAction reads NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+// (nvml.DeviceGpuRecoveryAction: 0 none, 1 GPU reset, 2 node reboot, 3
+// drain P2P, 4 drain and reset, ...).
+func (b *nvmlBackend) readRecoveryAction(r *reader, g *nvmlGPU) {
+	if !b.syms.fieldValues {
+		r.s.unsupported.add(FieldRecoveryAction)
+		return
+	}
+	fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+	ret := g.dev.GetFieldValues(fv)
+	if ret == nvml.SUCCESS {
+		ret = nvml.Return(fv[0].NvmlReturn)
+	}
+	if ret == nvml.ERROR_INVALID_ARGUMENT {
+		ret = nvml.ERROR_NOT_SUPPORTED // a field id this driver does not know
+	}
+	if !r.ok(ret, FieldRecoveryAction) {
+		return
+	}
+	if v, ok := fieldValueFloat(&fv[0], false); ok {
+		r.s.Set(FieldRecoveryAction, v)
 	}
 }
 

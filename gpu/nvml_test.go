@@ -173,6 +173,94 @@ func TestNVMLFieldValueTypes(t *testing.T) {
 	}
 }
 
+// TestNVMLHealthFields: the fan speed, the enforced power limit, the
+// recovery action and the pending row remap, read as DCGM reads them; a
+// GPU without a fan, or a driver that does not know the recovery action's
+// field id, loses that series only, and is no error.
+func TestNVMLHealthFields(t *testing.T) {
+	type want struct {
+		value     float64
+		published bool
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(m *mockMachine)
+		want  map[string][2]want // by field, GPU 0 and GPU 1
+		// errField is the one field whose read counts as an error, "" for none.
+		errField string
+	}{
+		{
+			name: "current driver",
+			want: map[string][2]want{
+				"DCGM_FI_DEV_FAN_SPEED":               {{0, false}, {31, true}},   // GPU 0 is an SXM module: no fan
+				"DCGM_FI_DEV_ENFORCED_POWER_LIMIT":    {{700, true}, {299, true}}, // 299999 mW: whole watts, as DCGM
+				"DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": {{0, true}, {1, true}},
+				"DCGM_FI_DEV_ROW_REMAP_PENDING":       {{0, true}, {1, true}},
+			},
+		},
+		{
+			name: "driver older than the recovery action",
+			setup: func(m *mockMachine) {
+				for _, d := range m.devs {
+					next := d.GetFieldValuesFunc
+					d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
+						ret := next(values)
+						for k := range values {
+							if values[k].FieldId == nvml.FI_DEV_GET_GPU_RECOVERY_ACTION {
+								values[k] = nvml.FieldValue{FieldId: values[k].FieldId, NvmlReturn: uint32(nvml.ERROR_INVALID_ARGUMENT)}
+							}
+						}
+						return ret
+					}
+				}
+			},
+			want: map[string][2]want{
+				"DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": {{0, false}, {0, false}},
+				"DCGM_FI_DEV_ENFORCED_POWER_LIMIT":    {{700, true}, {299, true}},
+				"DCGM_FI_DEV_MEMORY_TEMP":             {{45, true}, {0, false}}, // the batched request is untouched
+			},
+		},
+		{
+			name: "fan read fails",
+			setup: func(m *mockMachine) {
+				m.devs[1].GetFanSpeedFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			want: map[string][2]want{
+				"DCGM_FI_DEV_FAN_SPEED":            {{0, false}, {0, false}},
+				"DCGM_FI_DEV_ENFORCED_POWER_LIMIT": {{700, true}, {299, true}},
+			},
+			errField: "DCGM_FI_DEV_FAN_SPEED",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 2)
+			if tc.setup != nil {
+				tc.setup(m)
+			}
+			c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+			c.collectOnce(bg)
+			for name, ws := range tc.want {
+				for i, w := range ws {
+					gpu := map[string]string{"gpu": fmt.Sprint(i)}
+					v, ok := lookup(t, reg, name, gpu)
+					require.Equal(t, w.published, ok, "%s on GPU %d published", name, i)
+					require.Equal(t, w.value, v, "%s on GPU %d", name, i)
+					if !w.published && (tc.errField != name || i != 1) {
+						require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": fmt.Sprint(i), "field": name}), "%s on GPU %d", name, i)
+					}
+				}
+			}
+			errs := gather(t, reg, "gpuscope_gpu_collector_errors_total")
+			if tc.errField == "" {
+				require.Empty(t, errs)
+			} else {
+				require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "1", "field": tc.errField}))
+			}
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		})
+	}
+}
+
 func TestNVMLUnsupportedFieldsOmitted(t *testing.T) {
 	m := newMockMachine(t, 2)
 	m.devs[1].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
@@ -588,8 +676,17 @@ func TestNVMLOptionalFamilies(t *testing.T) {
 	o := mockOptions(m, newFakeClock())
 	c, reg := testCollector(t, o)
 	c.collectOnce(bg)
-	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
-		require.Empty(t, gather(t, reg, name), "%s is off by default", name)
+	require.Empty(t, gather(t, reg, "DCGM_FI_DEV_THERMAL_VIOLATION"), "violations are off by default")
+	// What the built-in hardware alerts read is on by default.
+	for _, name := range []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.NotEmpty(t, gather(t, reg, name), "%s is on by default", name)
+	}
+
+	o.Config.Families = Families{Violations: true}
+	c, reg = testCollector(t, o)
+	c.collectOnce(bg)
+	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.Empty(t, gather(t, reg, name), "%s is off when its family is", name)
 	}
 
 	o.Config.Families = Families{ECC: true, Violations: true, RetiredPages: true, NVLinkErrors: true, ClockEvents: true}
@@ -867,13 +964,13 @@ func TestNVMLOlderDriverSymbols(t *testing.T) {
 		}, nil, []string{"gpuscope_gpu_clock_event_active"}},
 		{"nvmlDeviceGetRemappedRows", func(d *server.Device, c *atomic.Bool) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { c.Store(true); return 0, 0, false, false, nvml.SUCCESS }
-		}, []string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}, nil},
+		}, []string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING"}, nil},
 		{"nvmlDeviceGetTotalEnergyConsumption", func(d *server.Device, c *atomic.Bool) {
 			d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
 		}, []string{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}, nil},
 		{"nvmlDeviceGetFieldValues", func(d *server.Device, c *atomic.Bool) {
 			d.GetFieldValuesFunc = func([]nvml.FieldValue) nvml.Return { c.Store(true); return nvml.SUCCESS }
-		}, []string{"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"}, nil},
+		}, []string{"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"}, nil},
 		{"nvmlDeviceGetProcessUtilization", func(d *server.Device, c *atomic.Bool) {
 			d.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { c.Store(true); return nil, nvml.SUCCESS }
 		}, []string{"gpuscope_gpu_container_sm_utilization_percent"}, []string{"gpuscope_gpu_container_memory_used_bytes"}},
@@ -895,6 +992,12 @@ func TestNVMLOlderDriverSymbols(t *testing.T) {
 		{"nvmlDeviceGetPcieReplayCounter", func(d *server.Device, c *atomic.Bool) {
 			d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
 		}, []string{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}, nil},
+		{"nvmlDeviceGetFanSpeed", func(d *server.Device, c *atomic.Bool) {
+			d.GetFanSpeedFunc = func() (uint32, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_FAN_SPEED"}, nil},
+		{"nvmlDeviceGetEnforcedPowerLimit", func(d *server.Device, c *atomic.Bool) {
+			d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, nil},
 	} {
 		t.Run(tc.symbol, func(t *testing.T) {
 			m := newMockMachine(t, 2)

@@ -19,6 +19,17 @@ import (
 	_ "github.com/google/cadvisor/lib/container/crio/install"
 	_ "github.com/google/cadvisor/lib/container/systemd/install"
 
+	// So do the filesystem plugins, without which cAdvisor lists no
+	// filesystem: the root cgroup's container_fs_usage_bytes and
+	// container_fs_limit_bytes per device (HostFilesystemFillingUp) and
+	// the disk of Docker's layers. Not NFS: a hung NFS server would leave
+	// a goroutine stuck in statfs at every housekeeping.
+	_ "github.com/google/cadvisor/lib/fs/btrfs/install"
+	_ "github.com/google/cadvisor/lib/fs/overlay/install"
+	_ "github.com/google/cadvisor/lib/fs/tmpfs/install"
+	_ "github.com/google/cadvisor/lib/fs/vfs/install"
+	_ "github.com/google/cadvisor/lib/fs/zfs/install"
+
 	"github.com/google/cadvisor/lib/cache/memory"
 	"github.com/google/cadvisor/lib/container"
 	"github.com/google/cadvisor/lib/manager"

@@ -244,6 +244,14 @@ func TestOOMKillCounted(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := oomEvents(); return ok }, 20*time.Second, 50*time.Millisecond, "container %s in /metrics/cadvisor", id)
 	n, _ := oomEvents()
 	require.Equal(t, 0.0, n, "no OOM kill yet")
+	// The root cgroup counts every kill on the machine (/proc/vmstat).
+	machineEvents := func() float64 {
+		m, err := containerSeries(c, "container_oom_events_total", "/")
+		require.NoError(t, err)
+		require.NotNil(t, m, "the root cgroup in /metrics/cadvisor")
+		return m.GetCounter().GetValue()
+	}
+	machineBefore := machineEvents()
 
 	// The shell waits for a line before it becomes the allocating process,
 	// so that it is in the cgroup, not its parent's, when it allocates.
@@ -262,6 +270,9 @@ func TestOOMKillCounted(t *testing.T) {
 	require.Equal(t, syscall.SIGKILL, status.Signal(), "killed by the OOM killer: %v", err)
 
 	require.Eventually(t, func() bool { n, _ := oomEvents(); return n == 1 }, 20*time.Second, 50*time.Millisecond, "one OOM kill counted for %s", id)
+	if _, ok := vmstatOOMKills("/proc/vmstat"); ok {
+		require.Eventually(t, func() bool { return machineEvents() >= machineBefore+1 }, 20*time.Second, 50*time.Millisecond, "the kill counted for the machine")
+	}
 }
 
 // TestRuntimeEndpoints: the configured sockets reach the flags cAdvisor's
