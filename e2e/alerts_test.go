@@ -149,7 +149,7 @@ gpu:
 	require.Equal(t, "warning", a.Labels["severity"])
 	require.Contains(t, a.Annotations["summary"], "starved by the CPU of container "+container)
 	require.Contains(t, a.Annotations["description"], "input-bound")
-	require.Contains(t, string(a.GeneratorURL), "/api/v1/query?query=")
+	require.Contains(t, string(a.GeneratorURL), "/graph?g0.expr=")
 	require.True(t, time.Time(a.EndsAt).After(time.Time(a.StartsAt)))
 	// The HTTP API reports it too: Grafana's alert list reads /alerts.
 	eventually(t, 10*time.Second, "GPUStarvedByCPU firing in /api/v1/alerts", func() error {
