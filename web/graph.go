@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -72,11 +71,9 @@ const graphTableMax = 10000
 const graphValuesMax = 50
 
 type graphPage struct {
-	Base      string
-	Panels    []*graphPanel
-	Status    int
-	EvalNote  string
-	API, Down bool
+	Base   string
+	Panels []*graphPanel
+	Status int
 }
 
 func (h *Handler) graphPage(c echo.Context) error {
@@ -97,29 +94,42 @@ func (h *Handler) graphPage(c echo.Context) error {
 		if gp.Error == "" && gp.Expr != "" {
 			h.runPanel(c.Request().Context(), gp)
 		}
-		if gp.ErrorType == "bad_data" {
-			p.Status = http.StatusBadRequest
+		if code := errorStatus(gp.ErrorType); code > p.Status {
+			p.Status = code
 		}
 	}
 	if len(q) == 0 {
 		p.Panels[0].GraphHref, p.Panels[0].TableHref = "graph?g0.tab=graph", "graph?g0.tab=table"
-	}
-	var charts []*chart
-	for _, gp := range p.Panels {
-		if gp.Chart != nil {
-			charts = append(charts, gp.Chart)
-		}
 	}
 	for _, gp := range p.Panels {
 		if gp.Chart == nil {
 			continue
 		}
 		d := newDrawing(newAxis(gp.End.Add(-gp.Range), gp.End, gp.Step))
+		gp.Chart.noValues = len(gp.Chart.Lines) > graphValuesMax
 		if err := d.draw([]*chart{gp.Chart}, nil); err != nil {
 			return err
 		}
 	}
 	return render(c, p.Status, "graph", p)
+}
+
+// errorStatus is the API's HTTP status for an errorType (web/api/v1
+// getDefaultErrorCode): the page answers as the API would have.
+func errorStatus(typ string) int {
+	switch typ {
+	case "":
+		return http.StatusOK
+	case "bad_data":
+		return http.StatusBadRequest
+	case "execution", "cost_limit":
+		return http.StatusUnprocessableEntity
+	case "canceled":
+		return 499 // the client went away, as Prometheus
+	case "timeout":
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }
 
 func withParam(q url.Values, k, v string) url.Values {
@@ -347,6 +357,3 @@ func (gp *graphPanel) table(v parser.Value) {
 		add(tableRow{Labels: "string", Value: v.V})
 	}
 }
-
-// strconvQuote is for templates: a PromQL string literal.
-func strconvQuote(s string) string { return strings.TrimSpace(strconv.Quote(s)) }

@@ -76,6 +76,9 @@ type chart struct {
 	Legend []legendEntry
 	// Stat is a figure over the whole range (a GPU's energy).
 	Stat string
+	// noValues leaves the legend's data-values out (a /graph of many
+	// series).
+	noValues bool
 }
 
 type chartQuery struct{ Expr, Href string }
@@ -210,7 +213,10 @@ func (d *drawing) chartSVG(c *chart) string {
 	c.Legend = make([]legendEntry, len(c.Lines))
 	for i, l := range c.Lines {
 		class := "s" + strconv.Itoa(i%paletteSize)
-		e := legendEntry{Name: l.Name, Link: l.Link, Class: class, Ref: l.Ref, Values: valuesAttr(l.Values)}
+		e := legendEntry{Name: l.Name, Link: l.Link, Class: class, Ref: l.Ref}
+		if !c.noValues {
+			e.Values = valuesAttr(l.Values)
+		}
 		if mn, mx, last, ok := stats(l.Values); ok {
 			e.HasData = true
 			e.min, e.max, e.last = d.h.addIn(mn, c.Unit), d.h.addIn(mx, c.Unit), d.h.addIn(last, c.Unit)
