@@ -174,19 +174,6 @@ func gpuCharts(tr timeRange, manyUUIDs bool) []chartSpec {
 		return w, tr.link(workloadPath(w), nil)
 	}
 	return []chartSpec{
-		{id: "utilization", title: "Utilisation and activity", unit: unitPercent, lines: []lineSpec{
-			{name: "utilisation", legend: legend, expr: func(p plan) string {
-				if p.useRecorded("gpu:dcgm_fi_dev_gpu_util:avg1m") {
-					return "max by (" + by + ") (" + p.sel("", "gpu:dcgm_fi_dev_gpu_util:avg1m", "avg", "") + ")"
-				}
-				return "max by (" + by + ") (" + p.sel("DCGM_FI_DEV_GPU_UTIL", "", "avg", "") + ") or max by (" + by + ") (" +
-					p.sel("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "", "avg", `GPU_I_ID!=""`) + ") * 100"
-			}},
-			pct("SM active", "DCGM_FI_PROF_SM_ACTIVE", "", " * 100"),
-			pct("tensor active", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gpu:dcgm_fi_prof_pipe_tensor_active:avg1m", " * 100"),
-			pct("DRAM active", "DCGM_FI_PROF_DRAM_ACTIVE", "gpu:dcgm_fi_prof_dram_active:avg1m", " * 100"),
-			pct("memory copy", "DCGM_FI_DEV_MEM_COPY_UTIL", "gpu:dcgm_fi_dev_mem_copy_util:avg1m", ""),
-		}},
 		{id: "framebuffer", title: "Framebuffer used and total", unit: unitBytes,
 			note: "the most in use in each step: a leak climbs as a staircase", lines: []lineSpec{
 				{name: "used", legend: legend, expr: func(p plan) string {
@@ -202,6 +189,19 @@ func gpuCharts(tr timeRange, manyUUIDs bool) []chartSpec {
 						p.sel(`{__name__=~"DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED"}`, "", "max", "") + ") * 1048576"
 				}},
 			}},
+		{id: "utilization", title: "Utilisation and activity", unit: unitPercent, lines: []lineSpec{
+			{name: "utilisation", legend: legend, expr: func(p plan) string {
+				if p.useRecorded("gpu:dcgm_fi_dev_gpu_util:avg1m") {
+					return "max by (" + by + ") (" + p.sel("", "gpu:dcgm_fi_dev_gpu_util:avg1m", "avg", "") + ")"
+				}
+				return "max by (" + by + ") (" + p.sel("DCGM_FI_DEV_GPU_UTIL", "", "avg", "") + ") or max by (" + by + ") (" +
+					p.sel("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "", "avg", `GPU_I_ID!=""`) + ") * 100"
+			}},
+			pct("SM active", "DCGM_FI_PROF_SM_ACTIVE", "", " * 100"),
+			pct("tensor active", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gpu:dcgm_fi_prof_pipe_tensor_active:avg1m", " * 100"),
+			pct("DRAM active", "DCGM_FI_PROF_DRAM_ACTIVE", "gpu:dcgm_fi_prof_dram_active:avg1m", " * 100"),
+			pct("memory copy", "DCGM_FI_DEV_MEM_COPY_UTIL", "gpu:dcgm_fi_dev_mem_copy_util:avg1m", ""),
+		}},
 		{id: "temperature", title: "Temperature", unit: unitCelsius, note: "the highest in each step", lines: []lineSpec{
 			{name: "GPU", legend: legend, expr: func(p plan) string {
 				return "max by (" + by + ") (" + p.sel("DCGM_FI_DEV_GPU_TEMP", "gpu:dcgm_fi_dev_gpu_temp:max1m", "max", "") + ")"

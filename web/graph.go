@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -316,7 +317,7 @@ func (gp *graphPanel) graph(v parser.Value) {
 		for i, f := range s.Floats {
 			ps[i] = point{t: f.T, v: f.F}
 		}
-		c.Lines = append(c.Lines, &chartLine{Name: s.Metric.String(), Values: hp.values(ps)})
+		c.Lines = append(c.Lines, &chartLine{Name: seriesName(s.Metric), Values: hp.values(ps)})
 	}
 	gp.Chart = c
 }
@@ -338,11 +339,11 @@ func (gp *graphPanel) table(v parser.Value) {
 			if s.H != nil {
 				val = s.H.String()
 			}
-			add(tableRow{Labels: s.Metric.String(), Value: val})
+			add(tableRow{Labels: seriesName(s.Metric), Value: val})
 		}
 	case promql.Matrix:
 		for _, s := range v {
-			r := tableRow{Labels: s.Metric.String()}
+			r := tableRow{Labels: seriesName(s.Metric)}
 			for _, f := range s.Floats {
 				r.Values = append(r.Values, formatNum(f.F)+" @"+formatNum(float64(f.T)/1000))
 			}
@@ -356,4 +357,19 @@ func (gp *graphPanel) table(v parser.Value) {
 	case promql.String:
 		add(tableRow{Labels: "string", Value: v.V})
 	}
+}
+
+// seriesName writes a series as Prometheus's page and client_golang's
+// model.Metric do: the metric name, then the other labels in braces,
+// sorted; {} for none.
+func seriesName(ls labels.Labels) string {
+	name := ls.Get(labels.MetricName)
+	rest := ls.DropMetricName()
+	switch {
+	case rest.IsEmpty() && name != "":
+		return name
+	case rest.IsEmpty():
+		return "{}"
+	}
+	return name + rest.String()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/notifier"
 	promrules "github.com/prometheus/prometheus/rules"
@@ -85,7 +86,7 @@ func TestGraphTable(t *testing.T) {
 			}
 			for i, r := range a.vector(t) {
 				require.Equal(t, r.Value[1], html.UnescapeString(rows[i][2]), "row %d's value", i)
-				require.Equal(t, labels.FromMap(r.Metric).String(), html.UnescapeString(rows[i][1]))
+				require.Equal(t, metricOf(r.Metric).String(), html.UnescapeString(rows[i][1]), "written as Prometheus's page and client_golang write a series")
 			}
 		})
 	}
@@ -188,14 +189,14 @@ func TestGraphPanels(t *testing.T) {
 	f := newHistory(t)
 	code, body := get(t, f.srv.URL+"/graph")
 	require.Equal(t, 200, code)
-	require.Contains(t, body, `<fieldset class="panel" id="panel-0" data-panel="0" data-tab="table">`)
+	require.Contains(t, body, `<fieldset class="panel" id="panel-0" data-panel="0" data-tab="table" data-end="21600" data-range="3600" data-step="14">`)
 	require.NotContains(t, body, `class="error"`)
 	require.NotContains(t, body, `<table class="result"`)
 
 	code, body = get(t, f.srv.URL+"/graph?g0.expr=up&g0.tab=1&g1.expr=DCGM_FI_DEV_GPU_TEMP&g1.tab=0&g3.expr=ignored")
 	require.Equal(t, 200, code)
 	require.Equal(t, 2, strings.Count(body, `<fieldset class="panel"`))
-	require.Contains(t, body, `id="panel-1" data-panel="1" data-tab="graph"`)
+	require.Contains(t, body, `id="panel-1" data-panel="1" data-tab="graph" data-end="21600"`)
 	require.Contains(t, body, `<figure class="chart" id="g1"`)
 	// A tab link switches that panel only.
 	require.Contains(t, body, `href="graph?g0.expr=up&amp;g0.tab=1&amp;g1.expr=DCGM_FI_DEV_GPU_TEMP&amp;g1.tab=table&amp;g3.expr=ignored"`)
@@ -225,3 +226,11 @@ func TestGeneratorURLOpensGraph(t *testing.T) {
 type senderFunc func(...*notifier.Alert)
 
 func (f senderFunc) Send(as ...*notifier.Alert) { f(as...) }
+
+func metricOf(m map[string]string) model.Metric {
+	out := model.Metric{}
+	for k, v := range m {
+		out[model.LabelName(k)] = model.LabelValue(v)
+	}
+	return out
+}

@@ -30,6 +30,7 @@ var historyTemplates = template.Must(template.New("history").Funcs(template.Func
 	"secs":     func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) },
 	"percent":  func(ratio float64) float64 { return ratio * 100 },
 	"plus1":    func(i int) int { return i + 1 },
+	"seconds":  unixSeconds,
 }).ParseFS(historyFS, "history/*.html"))
 
 var historyCSS = func() template.CSS {

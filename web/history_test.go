@@ -386,7 +386,8 @@ func TestGPUPageLeak(t *testing.T) {
 	fb := figure(t, body, "framebuffer")
 	require.Contains(t, fb, `>80GiB</text>`)
 	require.Contains(t, fb, `>0B</text>`)
-	require.Regexp(t, `<rect x="[0-9.]+" width="[0-9.]+"><title>01-01 06:00\nused: 44GiB\ntotal: 79\.65GiB</title></rect>`, fb)
+	require.Regexp(t, `<g class="hv" style="--w:5.2px">`, fb)
+	require.Regexp(t, `<rect x="989"><title>01-01 06:00\nused: 44GiB\ntotal: 79\.65GiB</title></rect>`, fb)
 	require.Contains(t, fb, `<li class="series s0" data-series="used"`)
 	require.Contains(t, fb, `<li class="series s1 ref" data-series="total"`)
 	require.Contains(t, fb, `last 44GiB · min 20GiB · max 44GiB`)
@@ -603,7 +604,7 @@ func TestPagesReadRecordingRules(t *testing.T) {
 	tr, err := parseRange(url.Values{"range": {"24h"}}, historyEnd.Add(18*time.Hour), time.Minute)
 	require.NoError(t, err)
 	hp := &historyPage{ctx: context.Background(), src: src, tr: tr, ax: newAxis(tr.Start, tr.End, tr.Step)}
-	specs := gpuCharts(tr, false)[1:2] // the framebuffer
+	specs := gpuCharts(tr, false)[0:1] // the framebuffer
 	specs[0].lines = specs[0].lines[:1]
 	var lines [2][]float64
 	for i, rec := range []string{"", "gpu:dcgm_fi_dev_fb_used:avg1m"} {

@@ -260,8 +260,10 @@ func (d *drawing) hover(b *strings.Builder, c *chart) {
 	if len(c.Lines) == 0 || len(c.Lines) > hoverMax {
 		return
 	}
+	// A strip a step wide around each point; the width is the group's
+	// (CSS --w), not each strip's: a 24-hour page has 2,300 of them.
 	w := float64(plotR-plotL) / float64(max(d.ax.n-1, 1))
-	b.WriteString(`<g class="hv">`)
+	b.WriteString(`<g class="hv" style="--w:` + fmtCoord(w) + `px">`)
 	for i := 0; i < d.ax.n; i++ {
 		var t strings.Builder
 		for _, l := range c.Lines {
@@ -272,9 +274,7 @@ func (d *drawing) hover(b *strings.Builder, c *chart) {
 		if t.Len() == 0 {
 			continue
 		}
-		x0 := math.Max(d.ax.x(i)-w/2, plotL)
-		x1 := math.Min(d.ax.x(i)+w/2, plotR)
-		b.WriteString(`<rect x="` + fmtCoord(x0) + `" width="` + fmtCoord(x1-x0) + `"><title>` +
+		b.WriteString(`<rect x="` + strconv.Itoa(int(math.Round(d.ax.x(i)-w/2))) + `"><title>` +
 			d.ax.at(i).UTC().Format(d.hoverFormat) + t.String() + `</title></rect>`)
 	}
 	b.WriteString(`</g>`)
@@ -377,31 +377,31 @@ func niceNum(x float64) float64 {
 }
 
 // linePath draws values as an SVG path in whole viewBox units: M at each
-// start after a gap, then relative steps, a run of equal steps written
-// as one. A lone point is a short stroke.
+// start after a gap, then relative steps; a run of flat steps is one h,
+// and a run of equal steps one l. A lone point is a short stroke.
 func linePath(vs []float64, ax axis, y func(float64) float64) string {
 	var (
-		b            strings.Builder
-		px, py       int // the last point drawn
-		rdx, rdy, rn int // the pending run of equal steps
-		inSeg        bool
-		segPoints    int
+		b         strings.Builder
+		px, py    int // the last point drawn
+		flat      int // the pending run of flat steps: its length
+		rdx, rdy  int // the pending run of equal steps ...
+		rn        int // ... and how many
+		inSeg     bool
+		segPoints int
 	)
 	flush := func() {
-		if rn == 0 {
-			return
-		}
-		dx, dy := rdx*rn, rdy*rn
-		if dy == 0 {
-			b.WriteString("h" + strconv.Itoa(dx))
-		} else {
-			b.WriteString("l" + strconv.Itoa(dx))
-			if dy >= 0 {
+		switch {
+		case flat > 0:
+			b.WriteString("h" + strconv.Itoa(flat))
+			flat = 0
+		case rn > 0:
+			b.WriteString("l" + strconv.Itoa(rdx*rn))
+			if rdy >= 0 {
 				b.WriteByte(' ')
 			}
-			b.WriteString(strconv.Itoa(dy))
+			b.WriteString(strconv.Itoa(rdy * rn))
+			rn = 0
 		}
-		rn = 0
 	}
 	endSeg := func() {
 		flush()
@@ -422,11 +422,20 @@ func linePath(vs []float64, ax axis, y func(float64) float64) string {
 			continue
 		}
 		dx, dy := x-px, yy-py
-		if rn > 0 && (dx != rdx || dy != rdy) {
+		switch {
+		case dy == 0 && rn == 0:
+			flat += dx
+		case dy != 0 && flat == 0 && (rn == 0 || dx == rdx && dy == rdy):
+			rdx, rdy = dx, dy
+			rn++
+		default:
 			flush()
+			if dy == 0 {
+				flat = dx
+			} else {
+				rdx, rdy, rn = dx, dy, 1
+			}
 		}
-		rdx, rdy = dx, dy
-		rn++
 		px, py = x, yy
 		segPoints++
 	}
