@@ -90,7 +90,7 @@ func (h *Handler) gpuPage(c echo.Context) error {
 	hp.plan.match = matcherText(labels.MustNewMatcher(labels.MatchEqual, "instance", node), labels.MustNewMatcher(labels.MatchEqual, "gpu", gpu))
 	specs := gpuCharts(hp.tr, len(v.UUIDs) > 1)
 	v.Charts, v.Events = hp.run(specs, gpuEvents)
-	h.gpuEnergy(hp, v)
+	gpuEnergy(hp, v)
 	v.Workloads, v.WorkloadErr = gpuWorkloads(v.Charts)
 	if err := newDrawing(hp.ax).draw(v.Charts, v.Events); err != nil {
 		return err
@@ -284,7 +284,7 @@ func alertLabel(ls labels.Labels) string {
 
 // gpuEnergy sets the power graph's figure: the energy the GPU used in
 // the range, from its counter (millijoules), where it has one.
-func (h *Handler) gpuEnergy(hp *historyPage, v *gpuPageView) {
+func gpuEnergy(hp *historyPage, v *gpuPageView) {
 	for _, c := range v.Charts {
 		if c.ID != "power" {
 			continue

@@ -108,10 +108,7 @@ func (h *Handler) prelude(c echo.Context) (hp *historyPage, ok bool, err error) 
 	minStep := o.ScrapeInterval()
 	tr, err := parseRange(c.QueryParams(), o.Now(), minStep)
 	if err != nil {
-		return nil, false, render(c, http.StatusBadRequest, "notice", &noticePage{
-			Base: baseHref(c.Request().URL.EscapedPath()), Status: http.StatusBadRequest,
-			Title: "Bad time range", Text: err.Error() + ". Presets: range=" + strings.Join(rangePresets, ", range=") + "; or from= and to= (Unix seconds, RFC 3339, or 2006-01-02 15:04 in UTC).",
-		})
+		return nil, false, badRange(c, err)
 	}
 	return &historyPage{
 		ctx:  c.Request().Context(),
@@ -120,6 +117,15 @@ func (h *Handler) prelude(c echo.Context) (hp *historyPage, ok bool, err error) 
 		plan: plan{step: tr.Step, minStep: minStep, recorded: recordedIntervals(h.opts.API.RuleManager)},
 		ax:   newAxis(tr.Start, tr.End, tr.Step),
 	}, true, nil
+}
+
+// badRange answers 400: what is wrong with the range, and what is
+// accepted.
+func badRange(c echo.Context, err error) error {
+	return render(c, http.StatusBadRequest, "notice", &noticePage{
+		Base: baseHref(c.Request().URL.EscapedPath()), Status: http.StatusBadRequest, Title: "Bad time range",
+		Text: err.Error() + ". Presets: range=" + strings.Join(rangePresets, ", range=") + "; or from= and to= (Unix seconds, RFC 3339, or 2006-01-02 15:04 in UTC).",
+	})
 }
 
 // refresh is how often a page that ends now reloads itself: every step,

@@ -622,3 +622,34 @@ func TestPagesReadRecordingRules(t *testing.T) {
 	}
 	sameFloats(t, lines[0], lines[1], "the raw series and the recording")
 }
+
+// TestOverviewRange: the overview takes the range: the sparklines span
+// it, the cards are read at its end, node links keep it, and a range in
+// the past does not reload itself.
+func TestOverviewRange(t *testing.T) {
+	f := newHistory(t)
+	code, body := get(t, f.srv.URL+"/?range=6h")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `<meta http-equiv="refresh" content="60">`)
+	require.Contains(t, body, `<a href="./?range=6h" class="current">6h</a>`)
+	require.Contains(t, body, `a point every 10m`, "at most 60 points over 6 hours")
+	require.Contains(t, body, `viewBox="0 0 35 20"`)
+	require.Contains(t, body, `<a href="gpu/n1/0?range=6h">GPU 0</a>`)
+	require.Contains(t, body, `<a href="workload/leaky?range=6h"><code>leaky</code></a>`)
+
+	// At the end of the first hour: GPU 0's framebuffer was 24 GiB, and
+	// the page does not reload.
+	_, body = get(t, f.srv.URL+"/?range=1h&to=3600")
+	require.Contains(t, body, `data-eval-time="3600.000"`)
+	require.Contains(t, cardField(t, body, "n1", "0", "memory-used"), `data-value="25769803776"`)
+	require.NotContains(t, body, `http-equiv="refresh"`)
+	require.Contains(t, body, "a range in the past: not refreshed")
+	_, body = get(t, f.srv.URL+"/?node=n1&range=1h&to=3600")
+	require.Contains(t, body, `<a href="./?node=n1&amp;range=6h">6h</a>`, "the range links keep the node")
+	require.Contains(t, body, `<input type="hidden" name="node" value="n1">`)
+	o := newOverview(t, overviewLoad, nil, OverviewOptions{})
+	_, body = get(t, o.srv.URL+"/?range=6h")
+	require.Contains(t, body, `Nodes: <a href="?node=node-a&amp;range=6h">node-a</a>`, "the node links keep the range")
+	_, body = get(t, o.srv.URL+"/?range=6h&node=node-a")
+	require.Contains(t, body, `<a href="./?range=6h">all</a>`)
+}

@@ -2,7 +2,6 @@ package web
 
 import (
 	"html/template"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -38,12 +37,12 @@ func (h *Handler) overviewRange(c echo.Context, p *overviewPage, o OverviewOptio
 	}
 	tr, err := parseRange(c.QueryParams(), now, iv)
 	if err != nil {
-		return false, render(c, http.StatusBadRequest, "notice", &noticePage{
-			Base: "./", Status: http.StatusBadRequest, Title: "Bad time range",
-			Text: err.Error() + ". Presets: range=" + strings.Join(rangePresets, ", range=") + "; or from= and to= (Unix seconds, RFC 3339, or 2006-01-02 15:04 in UTC).",
-		})
+		return false, badRange(c, err)
 	}
 	p.Range, p.EvalTime = tr, tr.End
+	if !tr.Live { // a range in the past does not change
+		p.Refresh = 0
+	}
 	p.spark = newSparkRange(tr, iv)
 	var keep url.Values
 	if p.Node != "" {
