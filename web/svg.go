@@ -76,6 +76,9 @@ type chart struct {
 	Legend []legendEntry
 	// Stat is a figure over the whole range (a GPU's energy).
 	Stat string
+	// More counts the lines past pathMaxSeries: neither drawn nor in
+	// the legend.
+	More int
 	// noValues leaves the legend's data-values out (a /graph of many
 	// series).
 	noValues bool
@@ -210,8 +213,12 @@ func (d *drawing) chartSVG(c *chart) string {
 	d.xAxis(&b)
 	b.WriteString(`</g>`)
 
-	c.Legend = make([]legendEntry, len(c.Lines))
-	for i, l := range c.Lines {
+	shown := c.Lines
+	if len(shown) > pathMaxSeries {
+		shown, c.More = shown[:pathMaxSeries], len(shown)-pathMaxSeries
+	}
+	c.Legend = make([]legendEntry, len(shown))
+	for i, l := range shown {
 		class := "s" + strconv.Itoa(i%paletteSize)
 		e := legendEntry{Name: l.Name, Link: l.Link, Class: class, Ref: l.Ref}
 		if !c.noValues {
@@ -222,9 +229,6 @@ func (d *drawing) chartSVG(c *chart) string {
 			e.min, e.max, e.last = d.h.addIn(mn, c.Unit), d.h.addIn(mx, c.Unit), d.h.addIn(last, c.Unit)
 		}
 		c.Legend[i] = e
-		if i >= pathMaxSeries {
-			continue
-		}
 		p := linePath(l.Values, d.ax, y)
 		if p == "" {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +159,19 @@ func TestDrawingEscapes(t *testing.T) {
 	require.Contains(t, string(c.SVG), "&lt;img src=x onerror=alert(1)&gt;: 3B")
 	require.Contains(t, string(ev.SVG), "&lt;script&gt;x&lt;/script&gt; firing")
 	require.True(t, strings.HasPrefix(string(c.SVG), `<svg class="graph"`))
+}
+
+// TestDrawingManyLines: past pathMaxSeries lines a graph draws and lists
+// the first and counts the rest.
+func TestDrawingManyLines(t *testing.T) {
+	ax := axis{start: time.Unix(0, 0), step: time.Minute, n: 2}
+	c := &chart{ID: "c", Unit: unitNone}
+	for i := range pathMaxSeries + 5 {
+		c.Lines = append(c.Lines, &chartLine{Name: "s" + strconv.Itoa(i), Values: []float64{float64(i), 1}})
+	}
+	require.NoError(t, newDrawing(ax).draw([]*chart{c}, nil))
+	require.Len(t, c.Legend, pathMaxSeries)
+	require.Equal(t, 5, c.More)
+	require.Equal(t, pathMaxSeries, strings.Count(string(c.SVG), "<path "))
+	require.NotContains(t, string(c.SVG), `<g class="hv"`, "no hover text over hoverMax lines")
 }
