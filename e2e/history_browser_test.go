@@ -24,7 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/html"
 
-	"github.com/gpuscope/gpuscope/gpu"
+	"github.com/gpuscope/gpuscope/config"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
@@ -46,10 +47,11 @@ func TestBrowserHistory(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the input-bound scenario burns CPU in a cgroup of its own: needs root")
 	}
-	demo := gpu.DemoConfig()
+	var demo config.GPU
+	demo.Config, demo.Sim = sim.DemoConfig()
 	demo.Sim.TimeScale = browserTimeScale
-	leak := slices.IndexFunc(demo.Sim.GPUs, func(g gpu.SimGPU) bool { return g.Scenario == gpu.ScenarioLeak })
-	input := slices.IndexFunc(demo.Sim.GPUs, func(g gpu.SimGPU) bool { return g.Scenario == gpu.ScenarioInputBound })
+	leak := slices.IndexFunc(demo.Sim.GPUs, func(g sim.GPU) bool { return g.Scenario == sim.ScenarioLeak })
+	input := slices.IndexFunc(demo.Sim.GPUs, func(g sim.GPU) bool { return g.Scenario == sim.ScenarioInputBound })
 	require.True(t, leak >= 0 && input >= 0, "the demo has a leak and an input-bound scenario")
 	// A cgroup of this test's own: other demo tests create and remove
 	// /gpuscope-demo/input-bound beside it.
