@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/prometheus/model/labels"
@@ -51,9 +52,21 @@ func (h *Handler) gpuPage(c echo.Context) error {
 	if !ok {
 		return err
 	}
-	node, gpu := pathParam(c, "node"), pathParam(c, "gpu")
+	// /gpu/<node>/<gpu>, each part path-escaped; anything else (/gpu/,
+	// /gpu/<node>) is answered with the GPUs there are.
+	var node, gpu string
+	parts := strings.Split(c.Param("*"), "/")
+	if len(parts) == 2 {
+		node, _ = url.PathUnescape(parts[0])
+		gpu, _ = url.PathUnescape(parts[1])
+	} else if len(parts) == 1 {
+		node, _ = url.PathUnescape(parts[0])
+	}
 	base := baseHref(c.Request().URL.EscapedPath())
 	self := "gpu/" + url.PathEscape(node) + "/" + url.PathEscape(gpu)
+	if node == "" || gpu == "" {
+		return h.gpuNotFound(c, hp, base, node, gpu)
+	}
 
 	found, err := hp.series(labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, gpuCardNames),
 		labels.MustNewMatcher(labels.MatchEqual, "instance", node), labels.MustNewMatcher(labels.MatchEqual, "gpu", gpu))
@@ -128,9 +141,14 @@ func (h *Handler) gpuNotFound(c echo.Context, hp *historyPage, base, node, gpu s
 		return cmp.Or(cmp.Compare(known[i].Group, known[j].Group), cmp.Compare(atoiOr(known[i].Text[4:]), atoiOr(known[j].Text[4:])), cmp.Compare(known[i].Text, known[j].Text)) < 0
 	})
 	p := &noticePage{Base: base, Status: http.StatusNotFound, Known: known, Bar: hp.tr.bar("gpu/"+url.PathEscape(node)+"/"+url.PathEscape(gpu), nil, "", h.overviewOptions().Now())}
-	if nodeKnown {
+	switch {
+	case node == "":
+		p.Title = "GPUs"
+	case nodeKnown && gpu == "":
+		p.Title = "GPUs of " + node
+	case nodeKnown:
 		p.Title = fmt.Sprintf("No GPU %s on %s", gpu, node)
-	} else {
+	default:
 		p.Title = fmt.Sprintf("No node named %s with a GPU", node)
 	}
 	p.Text = "No GPU series of that name in this range (" + p.Bar.Text + ")."

@@ -79,7 +79,7 @@ func (h *Handler) historyNotice(c echo.Context, status int, title, text string) 
 
 // mountHistory adds the history pages' routes.
 func (h *Handler) mountHistory() {
-	h.echo.GET("/gpu/:node/:gpu", h.gpuPage)
+	h.echo.GET("/gpu/*", h.gpuPage)
 	h.echo.GET("/workload/*", h.workloadPage)
 	h.echo.GET("/graph", h.graphPage)
 }

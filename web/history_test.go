@@ -115,7 +115,7 @@ type historyFixture struct {
 // newHistory serves historyLoad through the real handler: the API, the
 // pages, the engine and a run reporter over the same storage, at
 // historyEnd, scraped every minute.
-func newHistory(t *testing.T) historyFixture {
+func newHistory(t testing.TB) historyFixture {
 	t.Helper()
 	st := promqltest.LoadedStorage(t, historyLoad())
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, promqltest.DefaultMaxSamplesPerQuery)
@@ -456,6 +456,10 @@ func TestHistoryNotFound(t *testing.T) {
 			`<h3>docker</h3><a href="workload/%3Cscript%3Ealert%281%29%3C%2Fscript%3E?from=0&amp;to=21600">&lt;script&gt;alert(1)&lt;/script&gt;</a> <a href="workload/leaky?from=0&amp;to=21600">leaky</a>`,
 		}},
 		{"/workload/", "Workloads", []string{`<a href="workload/leaky">leaky</a>`}},
+		{"/gpu/", "GPUs", []string{`<a href="gpu/n1/1">GPU 1</a>`}},
+		{"/gpu/n1", "GPUs of n1", []string{`<a href="gpu/n1/2">GPU 2</a>`}},
+		{"/gpu/n1/", "GPUs of n1", []string{`<a href="gpu/n1/0">GPU 0</a>`}},
+		{"/gpu/n1/0/extra", "GPUs", []string{`<a href="gpu/n1/0">GPU 0</a>`}},
 		{"/workload/leaky?from=30000&to=36000", "No workload named leaky", []string{"No workload has data in this range."}},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
@@ -652,4 +656,37 @@ func TestOverviewRange(t *testing.T) {
 	require.Contains(t, body, `Nodes: <a href="?node=node-a&amp;range=6h">node-a</a>`, "the node links keep the range")
 	_, body = get(t, o.srv.URL+"/?range=6h&node=node-a")
 	require.Contains(t, body, `<a href="./?range=6h">all</a>`)
+}
+
+// FuzzHistoryParams: whatever the URL's range and /graph parameters, the
+// pages answer with a page (200, or 400, 404, 422 saying why), never a
+// server error.
+func FuzzHistoryParams(f *testing.F) {
+	f.Add("6h", "", "", "0", `DCGM_FI_DEV_FB_USED`, "1h", "", "0", "")
+	f.Add("", "0", "3600", "leaky", `rate(x[5m]`, "an hour", "tomorrow", "9", "0.001")
+	f.Add("30d", "", "1e300", "", `sum by (gpu) (up) / on() group_left vector(1)`, "-1h", "1970-01-01 00:00:00", "graph", "-5")
+	f.Add("1y", "NaN", "-1", "/gpuscope-demo/input-bound", `"x"`, "400d", "+Inf", "table", "1e9")
+	h := newHistory(f)
+	f.Fuzz(func(t *testing.T, rng, from, to, page, expr, rangeInput, endInput, tab, step string) {
+		q := url.Values{}
+		for k, v := range map[string]string{"range": rng, "from": from, "to": to} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		g := url.Values{"g0.expr": {expr}, "g0.range_input": {rangeInput}, "g0.end_input": {endInput}, "g0.tab": {tab}, "g0.res_type": {"fixed"}, "g0.res_step": {step}}
+		for _, path := range []string{"/?" + q.Encode(), "/gpu/n1/" + url.PathEscape(page) + "?" + q.Encode(),
+			"/workload/" + url.PathEscape(page) + "?" + q.Encode(), "/graph?" + g.Encode()} {
+			u, err := url.Parse(path)
+			if err != nil {
+				continue
+			}
+			req := httptest.NewRequest("GET", "/", nil)
+			req.URL, req.RequestURI = u, path
+			rec := httptest.NewRecorder()
+			h.h.echo.ServeHTTP(rec, req)
+			require.Contains(t, []int{200, 400, 404, 422}, rec.Code, "%s: %.500s", path, rec.Body.String())
+			require.Contains(t, rec.Body.String(), "<title>gpuscope", path)
+		}
+	})
 }
