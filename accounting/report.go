@@ -161,6 +161,10 @@ type Query struct {
 	// All lists every cgroup, systemd units and raw cgroups without a GPU
 	// included.
 	All bool
+	// Workload, when set, keeps only the runs of that workload (the
+	// workload label): the per-workload page's report reads that
+	// workload's series only, not every cgroup's.
+	Workload string
 }
 
 // Run is one row of the report. Energy, cost and CO₂ are nil where they
@@ -234,6 +238,9 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	}
 	gs := r.groups()
 	e := &evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
+	if q.Workload != "" {
+		e.only = labels.MustNewMatcher(labels.MatchEqual, workload.LabelWorkload, q.Workload)
+	}
 	d := &draft{q: q, e: e, interval: gs.interval, segs: e.segments(q.Start, q.End, gs.rollup)}
 	d.gpuHolders()
 	d.cgroups()

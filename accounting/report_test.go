@@ -189,6 +189,27 @@ load 15s
 	require.InEpsilon(t, watts1*2/1000*0.75, *big.EnergyKWh, 0.02)
 	require.InEpsilon(t, watts1*2/1000*0.25, *small.EnergyKWh, 0.02)
 	require.InEpsilon(t, 3.0, *big.EnergyKWh / *small.EnergyKWh, 1e-6, "split by SM share")
+	requireOneWorkload(t, newReporter(t, st, engine, time.Minute, Prices{PerKWh: 0.30, Currency: "EUR", GramsCO2PerKWh: 400}), Query{Start: start, End: end}, rep)
+}
+
+// requireOneWorkload: the report of one workload (Query.Workload) is
+// that workload's row of the whole report, for each workload in it, and
+// nothing for a workload that does not exist.
+func requireOneWorkload(t *testing.T, r *Reporter, q Query, all Report) {
+	t.Helper()
+	for _, want := range all.Runs {
+		t.Run("workload="+want.Workload, func(t *testing.T) {
+			q := q
+			q.Workload = want.Workload
+			rep, err := r.Report(context.Background(), q)
+			require.NoError(t, err)
+			require.Equal(t, []Run{want}, rep.Runs)
+		})
+	}
+	q.Workload = "no-such-workload"
+	rep, err := r.Report(context.Background(), q)
+	require.NoError(t, err)
+	require.Empty(t, rep.Runs)
 }
 
 // TestReportEvents: what happened to a run while it ran (XIDs on its
@@ -242,6 +263,7 @@ load 15s
 	require.Nil(t, infer.CO2Grams)
 	require.WithinDuration(t, start, render.Start, time.Minute, "a run cAdvisor does not know starts at its first GPU sample")
 	require.Equal(t, 4, render.XIDErrors, "XID 48: 1 when it was first seen holding GPU 1, 5 at the end")
+	requireOneWorkload(t, r, Query{Start: start, End: end}, rep)
 }
 
 // TestReportRunKilledByXID: a job killed by an XID (the demo's xid
