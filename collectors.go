@@ -50,6 +50,8 @@ func newSelfRegistry() *prometheus.Registry {
 type nodeCollectors struct {
 	cadvisor *cadvisor.Collector
 	gpu      *gpu.Collector
+	// gpuLogger gets what /metrics/gpu's handler could not serve.
+	gpuLogger *slog.Logger
 }
 
 func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger) (*nodeCollectors, error) {
@@ -78,11 +80,12 @@ func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger)
 			// identity from the metadata cAdvisor's labels use.
 			lookup = c.cadvisor.Lookup
 		}
+		c.gpuLogger = logger.With("component", "gpu")
 		o := gpu.Options{
 			Config:          cfg.GPU.Config,
 			Interval:        cfg.GPUInterval(),
 			Hostname:        nodeName,
-			Logger:          logger.With("component", "gpu"),
+			Logger:          c.gpuLogger,
 			ContainerLookup: lookup,
 			Workloads:       workloads,
 		}
@@ -110,7 +113,12 @@ func (c *nodeCollectors) mount(h *web.Handler) {
 	if c.gpu != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(c.gpu)
-		gpuHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+		gpuHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+			// What the registry drops (a duplicate series, a collector's
+			// panic) is logged; the rest of the page is served.
+			ErrorHandling: promhttp.ContinueOnError,
+			ErrorLog:      slog.NewLogLogger(c.gpuLogger.Handler(), slog.LevelWarn),
+		})
 	}
 	h.MountMetrics("/metrics/cadvisor", cadvisorHandler)
 	h.MountMetrics("/metrics/gpu", gpuHandler)

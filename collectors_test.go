@@ -41,7 +41,7 @@ func TestNodeCollectorsShareWorkloads(t *testing.T) {
 	cfg.Cadvisor.HousekeepingInterval = model.Duration(200 * time.Millisecond)
 	cfg.GPU.Config, cfg.GPU.Sim = gpu.DefaultConfig(), sim.DefaultConfig()
 	cfg.GPU.Backend = gpu.BackendSim
-	cfg.GPU.Interval = model.Duration(100 * time.Millisecond)
+	cfg.GPU.Interval = model.Duration(150 * time.Millisecond) // above GPM's 100 ms minimum
 	cfg.GPU.Families.Processes = true
 	cfg.GPU.Sim.GPUs = []sim.GPU{
 		{Scenario: sim.ScenarioTraining, Container: step},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/doctor"
+	"github.com/gpuscope/gpuscope/gpu/sim"
 )
 
 // doctorFlags are `gpuscope doctor`'s settings; the first four are
@@ -23,6 +24,8 @@ import (
 type doctorFlags struct {
 	configFile    string
 	dataDir       string
+	dataDirSet    bool
+	demo          bool
 	retentionSize units.Base2Bytes
 	listenAddress string
 	url           string
@@ -35,7 +38,8 @@ func doctorCommand(app *kingpin.Application) command {
 	c := app.Command("doctor", "Check what gpuscope needs from this machine (NVIDIA driver, GPUs, privileges, cgroups, container runtimes, data directory, port) and, when one runs, what the running gpuscope sees; each check says ok, warn or fail and what to do. Exit 0 unless a check fails (1); 2 when the config cannot be loaded.")
 	f := &doctorFlags{}
 	c.Flag("config.file", "gpuscope config file, as given to serve. Empty: the embedded defaults.").StringVar(&f.configFile)
-	c.Flag("storage.tsdb.path", "The data directory serve uses.").Default("data/").StringVar(&f.dataDir)
+	c.Flag("storage.tsdb.path", "The data directory serve uses. Default data/, or "+demoDataDir+" with --demo.").IsSetByUser(&f.dataDirSet).Default("data/").StringVar(&f.dataDir)
+	c.Flag("demo", "Check what `serve --demo` uses: its simulated GPUs and its data directory.").BoolVar(&f.demo)
 	c.Flag("storage.tsdb.retention.size", "serve's --storage.tsdb.retention.size, when the config file sets no retention.").Default("0").BytesVar(&f.retentionSize)
 	c.Flag("web.listen-address", "The address serve listens on. Default: the config file's web.listen_address ("+DefaultListenAddress+").").StringVar(&f.listenAddress)
 	c.Flag("url", "A running gpuscope to ask for its targets and containers (basic auth as http://user:password@host:port); empty (--url=) skips those checks. Default: http://localhost:<port of the listen address>.").IsSetByUser(&f.urlSet).StringVar(&f.url)
@@ -93,10 +97,17 @@ func doctorOptions(f *doctorFlags, logger *slog.Logger) (doctor.Options, error) 
 			return doctor.Options{}, fmt.Errorf("load config: %w", err)
 		}
 	}
+	dataDir := f.dataDir
+	if f.demo {
+		cfg.GPU.Config, cfg.GPU.Sim = sim.DemoConfig()
+		if !f.dataDirSet {
+			dataDir = demoDataDir
+		}
+	}
 	o := doctor.Options{
 		Config:        cfg,
 		Logger:        logger.With("component", "doctor"),
-		DataDir:       f.dataDir,
+		DataDir:       dataDir,
 		ListenAddress: f.listenAddress,
 		URL:           f.url,
 		Timeout:       f.timeout,

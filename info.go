@@ -70,7 +70,7 @@ func (a *appliance) doctorChecks(ctx context.Context) []doctor.Check {
 func (a *appliance) healthChecks(ctx context.Context) []web.HealthCheck {
 	var out []web.HealthCheck
 	for _, c := range a.health.Checks(ctx) {
-		out = append(out, web.HealthCheck(c))
+		out = append(out, web.HealthCheck{Name: c.Name, Status: c.Status, Summary: c.Summary, Hint: c.Hint})
 	}
 	return out
 }

@@ -41,35 +41,15 @@ func main() {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		stampVersion(bi)
 	}
-	app := kingpin.New("gpuscope", "GPU and container monitoring appliance: Prometheus TSDB, scrape loop, cAdvisor, NVML/DCGM metrics, alert rules and Grafana dashboards in one binary.")
-	app.Version(version.Print("gpuscope"))
-	app.HelpFlag.Short('h')
-	// --help is asked for, not an error: it goes to stdout so that
-	// `gpuscope --help | less` works.
-	app.UsageWriter(os.Stdout)
-	var logConfig promslog.Config
-	promslogflag.AddFlags(app, &logConfig)
-
-	commands := []command{
-		serveCommand(app),
-		agentCommand(app),
-		checkConfigCommand(app),
-		checkRulesCommand(app),
-		rulesExportCommand(app),
-		dashboardsExportCommand(app),
-		grafanaProvisionCommand(app),
-		alertmanagerExportCommand(app),
-		workloadsCommand(app),
-		doctorCommand(app),
-		versionCommand(app),
-	}
+	app, commands, logConfig := newApp()
+	addDocumentationFlags(app)
 
 	selected, err := app.Parse(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpuscope: %s (try --help)\n", err)
 		os.Exit(2)
 	}
-	logger := promslog.New(&logConfig)
+	logger := promslog.New(logConfig)
 	if selected == "serve" && !slices.Contains(os.Args[1:], "serve") {
 		logger.Info("No command given: running `gpuscope serve` (`gpuscope --help` lists the commands)")
 	}
@@ -88,6 +68,33 @@ func main() {
 	}
 	fmt.Fprintf(os.Stderr, "gpuscope: unknown command %q\n", selected)
 	os.Exit(2)
+}
+
+// newApp is gpuscope's command line: the flags every command has and the
+// commands, each with its flags.
+func newApp() (*kingpin.Application, []command, *promslog.Config) {
+	app := kingpin.New("gpuscope", "GPU and container monitoring appliance: Prometheus TSDB, scrape loop, cAdvisor, NVML/DCGM metrics, alert rules and Grafana dashboards in one binary.")
+	app.Version(version.Print("gpuscope"))
+	app.HelpFlag.Short('h')
+	// --help is asked for, not an error: it goes to stdout so that
+	// `gpuscope --help | less` works.
+	app.UsageWriter(os.Stdout)
+	logConfig := &promslog.Config{}
+	promslogflag.AddFlags(app, logConfig)
+	commands := []command{
+		serveCommand(app),
+		agentCommand(app),
+		checkConfigCommand(app),
+		checkRulesCommand(app),
+		rulesExportCommand(app),
+		dashboardsExportCommand(app),
+		grafanaProvisionCommand(app),
+		alertmanagerExportCommand(app),
+		workloadsCommand(app),
+		doctorCommand(app),
+		versionCommand(app),
+	}
+	return app, commands, logConfig
 }
 
 func versionCommand(app *kingpin.Application) command {

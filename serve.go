@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
-	"strconv"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -87,7 +85,7 @@ func serveCommand(app *kingpin.Application) command {
 	c.Flag("storage.remote.flush-deadline", "How long to wait flushing remote-write samples on shutdown or config reload.").Default("1m").SetValue(&f.remoteFlushDeadline)
 	c.Flag("query.timeout", "Maximum time a query may take before it is aborted.").Default("2m").SetValue(&f.queryTimeout)
 	c.Flag("query.max-samples", "Maximum number of samples a single query can load into memory.").Default("50000000").IntVar(&f.maxSamples)
-	c.Flag("query.max-concurrency", "Maximum number of queries executed concurrently; the others wait. Default: the CPUs gpuscope may use (GOMAXPROCS, which follows a cgroup CPU limit), at most Prometheus's 20: a query runs on one CPU, and more queries than CPUs only take turns, with each other and with the scrapes.").Default(strconv.Itoa(min(20, runtime.GOMAXPROCS(0)))).IntVar(&f.maxConcurrency)
+	c.Flag("query.max-concurrency", "Maximum number of queries executed concurrently; the others wait. 0: the CPUs gpuscope may use (GOMAXPROCS, which follows a cgroup CPU limit), at most Prometheus's 20: a query runs on one CPU, and more queries than CPUs only take turns, with each other and with the scrapes.").Default("0").IntVar(&f.maxConcurrency)
 	c.Flag("query.lookback-delta", "How far back to look for a sample of a series at an instant.").Default("5m").SetValue(&f.lookbackDelta)
 	c.Flag("rules.alert.for-outage-tolerance", "Max time to tolerate a gpuscope outage for restoring the \"for\" state of alerts.").Default("1h").SetValue(&f.outageTolerance)
 	c.Flag("rules.alert.for-grace-period", "Minimum duration between an alert and its restored \"for\" state, for alerts whose \"for\" is longer.").Default("10m").SetValue(&f.forGracePeriod)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/alecthomas/units"
 	"github.com/grafana/regexp"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/gpu/sim"
+	"github.com/gpuscope/gpuscope/web"
 )
 
 // serveSettings are serve's flags and the config file's web: section
@@ -148,4 +150,27 @@ func (l configLoader) read() (*config.Config, error) {
 		r.Size = l.retentionSize
 	}
 	return cfg, nil
+}
+
+// checkAuth validates --web.config.file before anything starts, and
+// refuses to serve the admin API or the lifecycle endpoints when that file
+// does not authenticate every request, unless
+// --web.allow-unauthenticated-admin says the listener is trusted.
+func checkAuth(f *serveFlags, listenAddress string, logger *slog.Logger) error {
+	var privileged []string
+	if f.enableAdmin {
+		privileged = append(privileged, "--web.enable-admin-api")
+	}
+	if f.enableLifecycle {
+		privileged = append(privileged, "--web.enable-lifecycle")
+	}
+	auth, err := web.CheckAuth(f.webConfigFile, privileged, f.allowUnauthAdmin)
+	if err != nil {
+		return err
+	}
+	if len(privileged) > 0 && !auth.Authenticated() {
+		logger.Warn("Admin and lifecycle endpoints are served without authentication (--web.allow-unauthenticated-admin)",
+			"enabled", strings.Join(privileged, " "), "listen", listenAddress)
+	}
+	return nil
 }

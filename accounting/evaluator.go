@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
 )
 
 // evaluator runs the report's instant queries, keeping the first error
@@ -21,8 +22,43 @@ type evaluator struct {
 	ctx context.Context
 	at  time.Time // the range's end
 	rng string    // the whole range, as a PromQL range: [7d]
-	err error
+	// only, when set, is added to every selector of a per-workload
+	// series (see workloadSeries): the report of one workload.
+	only *labels.Matcher
+	err  error
 }
+
+// workloadSeries says whether a metric carries the workload labels: the
+// recorded per-workload series and cAdvisor's and the GPU collector's
+// per-cgroup series. The others (a GPU's memory total, the roll-up's
+// heartbeat, ALERTS, which the report joins by cgroup) are not filtered.
+func workloadSeries(name string) bool {
+	for _, p := range []string{"gpu_workload:", "workload:", "container_", "gpuscope_gpu_container_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// restrict adds e.only to the selectors of qs that select per-workload
+// series.
+func (e *evaluator) restrict(qs string) (string, error) {
+	expr, err := filterParser.ParseExpr(qs)
+	if err != nil {
+		return "", err
+	}
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		if vs, ok := n.(*parser.VectorSelector); ok && workloadSeries(vs.Name) {
+			vs.LabelMatchers = append(vs.LabelMatchers, e.only)
+		}
+		return nil
+	})
+	return expr.String(), nil
+}
+
+// filterParser parses the report's own queries to restrict them.
+var filterParser = parser.NewParser(parser.Options{})
 
 // segment is a part of the report's range, (end-length, end]: read from
 // the minute and cAdvisor series, or from the hourly roll-up's samples
@@ -195,6 +231,12 @@ func (e *evaluator) matrix(qs string, at time.Time) (m promql.Matrix) {
 // exec runs qs at at and reads its result with read before the query is
 // closed.
 func (e *evaluator) exec(qs string, at time.Time, read func(*promql.Result) error) error {
+	if e.only != nil {
+		var err error
+		if qs, err = e.restrict(qs); err != nil {
+			return fmt.Errorf("restrict %s to a workload: %w", qs, err)
+		}
+	}
 	q, err := e.r.o.Engine.NewInstantQuery(e.ctx, e.r.o.Queryable, nil, qs, at)
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", qs, err)

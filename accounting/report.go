@@ -161,6 +161,10 @@ type Query struct {
 	// All lists every cgroup, systemd units and raw cgroups without a GPU
 	// included.
 	All bool
+	// Workload, when set, keeps only the runs of that workload (the
+	// workload label): the per-workload page's report reads that
+	// workload's series only, not every cgroup's.
+	Workload string
 }
 
 // Run is one row of the report. Energy, cost and CO₂ are nil where they
@@ -234,6 +238,9 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	}
 	gs := r.groups()
 	e := &evaluator{r: r, ctx: ctx, at: q.End, rng: "[" + model.Duration(rng).String() + "]"}
+	if q.Workload != "" {
+		e.only = labels.MustNewMatcher(labels.MatchEqual, workload.LabelWorkload, q.Workload)
+	}
 	d := &draft{q: q, e: e, interval: gs.interval, segs: e.segments(q.Start, q.End, gs.rollup)}
 	d.gpuHolders()
 	d.cgroups()
@@ -398,13 +405,27 @@ func (d *draft) starts() {
 }
 
 // ends sets each run's end, its last sighting; a run still seen or
-// holding a GPU at the range's end is running and has none.
+// holding a GPU at the range's end is running and has none. A run
+// cAdvisor does not know (its collector off, or a GPU process's cgroup it
+// does not watch) ends at its last GPU sample, as it starts at its first.
 func (d *draft) ends() {
+	var unseen []string
 	for k, run := range d.runs {
 		if at, ok := d.lastSeen[k]; ok {
 			end := unixTime(at)
 			run.End = &end
+			continue
 		}
+		unseen = append(unseen, regexp.QuoteMeta(run.ID))
+	}
+	if len(unseen) > 0 {
+		step := model.Duration(d.interval).String()
+		d.e.each(`max by (instance, id) (max_over_time(timestamp(`+seriesGPUHeld+`{id=~`+strconv.Quote(strings.Join(unseen, "|"))+`})`+strings.TrimSuffix(d.e.rng, "]")+`:`+step+`]))`, d.runs, func(run *Run, v float64) {
+			if run.End == nil {
+				end := unixTime(v)
+				run.End = &end
+			}
+		})
 	}
 	d.e.each(`group by (instance, id) (container_last_seen{id!="/"})`, d.runs, func(run *Run, _ float64) {
 		run.Running, run.End = true, nil
@@ -568,13 +589,51 @@ func (d *draft) xidErrors() {
 	eachRun(d.runs, sumByRun(xids), func(run *Run, v float64) { run.XIDErrors = int(math.Round(v)) })
 }
 
-// alerts sets the alerts that fired naming each run's cgroup.
+// alerts sets the alerts that fired naming each run's cgroup, and the
+// alerts on a GPU (label gpu, no id: GPUXIDErrorCritical, GPUFellOffBus,
+// GPUTemperatureHigh, ...) that began firing while the run held that GPU
+// (that MIG instance, for an alert on one) or within d.gpuAlertGrace
+// after: the alert of a fault that kills a job fires after its process is
+// gone. An alert already firing when a run started on its GPU (an XID
+// alert holds for an hour) is not the run's.
 func (d *draft) alerts() {
-	for _, s := range d.e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + d.e.rng + `))`) {
-		if run, ok := d.runs[keyOf(s.Metric)]; ok {
-			run.Alerts = append(run.Alerts, s.Metric.Get("alertname"))
+	add := func(run *Run, name string) {
+		if !slices.Contains(run.Alerts, name) {
+			run.Alerts = append(run.Alerts, name)
 		}
 	}
+	for _, s := range d.e.vector(`count by (instance, id, alertname) (count_over_time(ALERTS{alertstate="firing", id!=""}` + d.e.rng + `))`) {
+		if run, ok := d.runs[keyOf(s.Metric)]; ok {
+			add(run, s.Metric.Get("alertname"))
+		}
+	}
+	names := d.e.vector(`count by (alertname) (count_over_time(ALERTS{alertstate="firing", id="", gpu!=""}` + d.e.rng + `))`)
+	if len(names) == 0 {
+		return
+	}
+	held := `max by (instance, id, gpu, GPU_I_ID) (max_over_time(` + seriesGPUHeld + `[` + model.Duration(d.gpuAlertGrace()).String() + `]))`
+	step := model.Duration(d.interval).String()
+	sub := strings.TrimSuffix(d.e.rng, "]") + ":" + step + "]"
+	for _, n := range names {
+		// Firing now and not a step before: the alert began firing.
+		alert := func(gi string) string {
+			sel := fmt.Sprintf(`ALERTS{alertname=%q, alertstate="firing", id="", gpu!="", GPU_I_ID%s""}`, n.Metric.Get("alertname"), gi)
+			return `(` + sel + ` unless ` + sel + ` offset ` + step + `)`
+		}
+		q := `count by (instance, id) (count_over_time((` +
+			`(` + held + ` and on (instance, gpu) ` + alert("=") + `)` +
+			` or (` + held + ` and on (instance, gpu, GPU_I_ID) ` + alert("!=") + `)` +
+			`)` + sub + `))`
+		d.e.each(q, d.runs, func(run *Run, _ float64) { add(run, n.Metric.Get("alertname")) })
+	}
+}
+
+// gpuAlertGrace is how long after a run's last GPU sample an alert on
+// that GPU is still its: three accounting intervals, and at least two
+// minutes, which covers the scrape of the fault and the evaluation of its
+// alert at any rules.builtin.time_scale.
+func (d *draft) gpuAlertGrace() time.Duration {
+	return max(3*d.interval, 2*time.Minute)
 }
 
 // bottlenecks sets each run's bottleneck: the class its GPUs were in

@@ -189,6 +189,27 @@ load 15s
 	require.InEpsilon(t, watts1*2/1000*0.75, *big.EnergyKWh, 0.02)
 	require.InEpsilon(t, watts1*2/1000*0.25, *small.EnergyKWh, 0.02)
 	require.InEpsilon(t, 3.0, *big.EnergyKWh / *small.EnergyKWh, 1e-6, "split by SM share")
+	requireOneWorkload(t, newReporter(t, st, engine, time.Minute, Prices{PerKWh: 0.30, Currency: "EUR", GramsCO2PerKWh: 400}), Query{Start: start, End: end}, rep)
+}
+
+// requireOneWorkload: the report of one workload (Query.Workload) is
+// that workload's row of the whole report, for each workload in it, and
+// nothing for a workload that does not exist.
+func requireOneWorkload(t *testing.T, r *Reporter, q Query, all Report) {
+	t.Helper()
+	for _, want := range all.Runs {
+		t.Run("workload="+want.Workload, func(t *testing.T) {
+			q := q
+			q.Workload = want.Workload
+			rep, err := r.Report(context.Background(), q)
+			require.NoError(t, err)
+			require.Equal(t, []Run{want}, rep.Runs)
+		})
+	}
+	q.Workload = "no-such-workload"
+	rep, err := r.Report(context.Background(), q)
+	require.NoError(t, err)
+	require.Empty(t, rep.Runs)
 }
 
 // TestReportEvents: what happened to a run while it ran (XIDs on its
@@ -214,6 +235,7 @@ load 15s
   ALERTS{instance="n1", id="/docker/aaa", workload="infer", alertname="ContainerOOMKilled", alertstate="firing"} _x100 1x50
   ALERTS{instance="n1", id="/docker/aaa", workload="infer", alertname="GPUHeldIdle", alertstate="pending"} _x100 1x50
   ALERTS{instance="n1", gpu="0", alertname="GPUXIDErrorCritical", alertstate="firing"} _x200 1x40
+  ALERTS{instance="n1", gpu="1", alertname="GPUTemperatureHigh", alertstate="firing"} _x100 1x140
 `)
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 50_000_000)
 	start := time.Unix(0, 0).UTC()
@@ -234,12 +256,62 @@ load 15s
 	require.InDelta(t, 50*60, infer.DurationSeconds, 1, "running: until the report's end")
 	require.Equal(t, 3, infer.OOMKills)
 	require.Equal(t, 3, infer.XIDErrors, "two XID 13 and one XID 79 while it held GPU 0")
-	require.Equal(t, []string{"ContainerOOMKilled"}, infer.Alerts, "firing alerts that named its cgroup; pending ones and GPU alerts are not its")
+	require.Equal(t, []string{"ContainerOOMKilled", "GPUXIDErrorCritical"}, infer.Alerts, "firing alerts that named its cgroup, and those that began on its GPU while it held it; pending ones are not its")
+	require.Equal(t, []string{"GPUTemperatureHigh"}, render.Alerts, "the alert on its GPU, not the other's")
 	require.Equal(t, "input-bound", infer.Bottleneck, "the class its GPU was in longest while it held it")
 	require.Nil(t, infer.Cost, "no price, no cost")
 	require.Nil(t, infer.CO2Grams)
 	require.WithinDuration(t, start, render.Start, time.Minute, "a run cAdvisor does not know starts at its first GPU sample")
 	require.Equal(t, 4, render.XIDErrors, "XID 48: 1 when it was first seen holding GPU 1, 5 at the end")
+	requireOneWorkload(t, r, Query{Start: start, End: end}, rep)
+}
+
+// TestReportRunKilledByXID: a job killed by an XID (the demo's xid
+// scenario, the newcomer trial's M1) has the XID and the GPU's alerts in
+// its row although its last sample holding the GPU came before them, and
+// an end at that sample, so its duration does not grow with the report's
+// end (m1). The job that starts on the GPU later is charged neither the
+// XID nor the alerts still firing then.
+func TestReportRunKilledByXID(t *testing.T) {
+	// /crashy holds GPU 7 until 4m45s; XID 79 is counted from 5m, and
+	// GPUXIDErrorCritical and GPUFellOffBus fire from 5m30s for an hour.
+	// /next starts on GPU 7 at 20m. cAdvisor knows neither (the sim's
+	// containers are no cgroups).
+	st := promqltest.LoadedStorage(t, `
+load 15s
+  gpuscope_gpu_container_processes{instance="n1", id="/demo/crashy", workload="/demo/crashy", runtime="cgroup", gpu="7", UUID="GPU-7"} 1x19 stale
+  gpuscope_gpu_container_processes{instance="n1", id="/demo/next", workload="/demo/next", runtime="cgroup", gpu="7", UUID="GPU-7"} _x80 1x200
+  gpuscope_gpu_xid_errors_total{instance="n1", gpu="7", UUID="GPU-7", err_code="79"} _x20 1x260
+  ALERTS{instance="n1", gpu="7", UUID="GPU-7", err_code="79", alertname="GPUXIDErrorCritical", alertstate="firing"} _x22 1x240
+  ALERTS{instance="n1", gpu="7", alertname="GPUFellOffBus", alertstate="firing"} _x22 1x240
+`)
+	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 50_000_000)
+	start := time.Unix(0, 0).UTC()
+	evalAccounting(t, st, engine, start, start.Add(time.Hour), time.Minute)
+	r := newReporter(t, st, engine, time.Minute, Prices{})
+
+	var durations []float64
+	for _, end := range []time.Time{start.Add(30 * time.Minute), start.Add(50 * time.Minute)} {
+		rep, err := r.Report(context.Background(), Query{Start: start.Add(-time.Minute), End: end})
+		require.NoError(t, err)
+		require.Len(t, rep.Runs, 2, "%+v", rep.Runs)
+		next, crashy := rep.Runs[0], rep.Runs[1]
+		require.Equal(t, "/demo/crashy", crashy.ID)
+		require.Equal(t, 1, crashy.XIDErrors, "the XID that killed it, counted after its last sample")
+		require.Equal(t, []string{"GPUFellOffBus", "GPUXIDErrorCritical"}, crashy.Alerts)
+		require.False(t, crashy.Running)
+		require.NotNil(t, crashy.End, "a run that is not running has an end")
+		require.Equal(t, start.Add(4*time.Minute), *crashy.End, "its last sample holding the GPU")
+		require.Equal(t, start, crashy.Start)
+		durations = append(durations, crashy.DurationSeconds)
+
+		require.Equal(t, "/demo/next", next.ID)
+		require.True(t, next.Running)
+		require.Nil(t, next.End)
+		require.Zero(t, next.XIDErrors, "the XID came before it")
+		require.Empty(t, next.Alerts, "the alerts began before it")
+	}
+	require.Equal(t, []float64{240, 240}, durations, "a fixed duration, whatever the report's end")
 }
 
 // TestReportAll: All lists every cgroup, systemd units without a GPU

@@ -136,34 +136,33 @@ type Web struct {
 // takes, an absolute external URL, a CORS regular expression that
 // compiles. Empty values mean the flags' defaults.
 func (w Web) Validate() error {
+	var errs []error
 	if a := w.ListenAddress; a != "" {
-		_, port, err := net.SplitHostPort(a)
-		if err != nil {
-			return fmt.Errorf("web.listen_address: %q is not host:port (e.g. 0.0.0.0:9089 or :9089)", a)
-		}
-		if n, err := strconv.Atoi(port); err == nil {
+		if _, port, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("web.listen_address: %q is not host:port (e.g. 0.0.0.0:9089 or :9089)", a))
+		} else if n, err := strconv.Atoi(port); err == nil {
 			if n < 0 || n > 65535 {
-				return fmt.Errorf("web.listen_address: port %d of %q is not between 0 and 65535", n, a)
+				errs = append(errs, fmt.Errorf("web.listen_address: port %d of %q is not between 0 and 65535", n, a))
 			}
 		} else if _, err := net.LookupPort("tcp", port); err != nil {
-			return fmt.Errorf("web.listen_address: %q has no valid port (e.g. 0.0.0.0:9089 or :9089)", a)
+			errs = append(errs, fmt.Errorf("web.listen_address: %q has no valid port (e.g. 0.0.0.0:9089 or :9089)", a))
 		}
 	}
 	if raw := w.ExternalURL; raw != "" {
 		if u, err := url.Parse(raw); err != nil || u.Scheme == "" || u.Host == "" {
-			return fmt.Errorf("web.external_url: %q is not an absolute URL (e.g. http://gpu-01:9089/)", raw)
+			errs = append(errs, fmt.Errorf("web.external_url: %q is not an absolute URL (e.g. http://gpu-01:9089/)", raw))
 		}
 	}
 	if raw := w.GrafanaURL; raw != "" {
 		if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("web.grafana_url: %q is not an http or https URL (e.g. http://grafana.example:3000/)", raw)
+			errs = append(errs, fmt.Errorf("web.grafana_url: %q is not an http or https URL (e.g. http://grafana.example:3000/)", raw))
 		}
 	}
 	// serve anchors the expression the same way.
 	if _, err := regexp.Compile("^(?:" + w.CORSOrigin + ")$"); err != nil {
-		return fmt.Errorf("web.cors_origin: %q is not a regular expression: %w", w.CORSOrigin, err)
+		errs = append(errs, fmt.Errorf("web.cors_origin: %q is not a regular expression: %w", w.CORSOrigin, err))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // own is the part of the file that belongs to gpuscope.
@@ -234,6 +233,64 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	return cfg, nil
 }
 
+// loadPrometheus parses the sections of a prometheus.yml with
+// Prometheus's own loader, with gpuscope's default intervals.
+func loadPrometheus(parts *parts, logger *slog.Logger, s *lazySchema, file string) (*promconfig.Config, error) {
+	promCfg, err := promconfig.Load(string(parts.prometheus), logger)
+	if err != nil {
+		return nil, s.errorFor(file, err, true)
+	}
+	if parts.defaultsNeeded() {
+		// Prometheus would default the intervals to 1m and copy that into
+		// every job; reload with gpuscope's defaults filled in. The text was
+		// valid above, so errors below would be ours.
+		text, err := parts.prometheusWithDefaults()
+		if err != nil {
+			return nil, s.errorFor(file, fmt.Errorf("apply default intervals: %w", err), false)
+		}
+		if promCfg, err = promconfig.Load(text, logger); err != nil {
+			return nil, s.errorFor(file, fmt.Errorf("global: with gpuscope's default %s intervals: %w", model.Duration(DefaultScrapeInterval), err), false)
+		}
+	}
+	if err := checkRemoteDuplicates(promCfg); err != nil {
+		return nil, s.errorFor(file, err, false)
+	}
+	// Exemplar storage is always on in gpuscope (Grafana asks for
+	// exemplars); Prometheus fills this section only when its feature flag
+	// is set.
+	if promCfg.StorageConfig.ExemplarsConfig == nil {
+		ec := promconfig.DefaultExemplarsConfig
+		promCfg.StorageConfig.ExemplarsConfig = &ec
+	}
+	return promCfg, nil
+}
+
+// reservedJobNames finds, in the YAML itself, user jobs named like a
+// built-in one (scrape.CheckJobName).
+func reservedJobNames(root *yaml.Node, s *lazySchema, file string, b scrape.Builtin) []error {
+	var errs []error
+	jobs := mappingValue(root, "scrape_configs")
+	if jobs == nil || jobs.Kind != yaml.SequenceNode {
+		return nil
+	}
+	for i, j := range jobs.Content {
+		if n := mappingValue(j, "job_name"); n != nil && n.Kind == yaml.ScalarNode {
+			if err := scrape.CheckJobName(n.Value, b); err != nil {
+				errs = append(errs, s.errorFor(file, fmt.Errorf("scrape_configs[%d]: %w", i, err), false))
+			}
+		}
+	}
+	return errs
+}
+
+// unjoin lists the errors an errors.Join made, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
 // Default returns the embedded default configuration.
 func Default(logger *slog.Logger) *Config {
 	cfg, err := Load(defaultFile, "", logger)
@@ -263,56 +320,53 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 	}
 	s := lazySchema{root: parts.root}
 
-	promCfg, err := promconfig.Load(string(parts.prometheus), logger)
-	if err != nil {
-		return nil, nil, s.errorFor(file, err, true)
+	// Every error of the file at once, one per line: the Prometheus
+	// sections, gpuscope's own and the alertmanager section are checked
+	// apart, so a mistake in one does not hide those in another.
+	var errs []error
+	promCfg, promErr := loadPrometheus(parts, logger, &s, file)
+	if promErr != nil {
+		errs = append(errs, promErr)
 	}
-	if parts.defaultsNeeded() {
-		// Prometheus would default the intervals to 1m and copy that into
-		// every job; reload with gpuscope's defaults filled in. The text was
-		// valid above, so errors below would be ours.
-		text, err := parts.prometheusWithDefaults()
-		if err != nil {
-			return nil, nil, s.errorFor(file, fmt.Errorf("apply default intervals: %w", err), false)
-		}
-		if promCfg, err = promconfig.Load(text, logger); err != nil {
-			return nil, nil, s.errorFor(file, fmt.Errorf("global: with gpuscope's default %s intervals: %w", model.Duration(DefaultScrapeInterval), err), false)
-		}
-	}
-
-	if err := checkRemoteDuplicates(promCfg); err != nil {
-		return nil, nil, s.errorFor(file, err, false)
-	}
-
-	// Exemplar storage is always on in gpuscope (Grafana asks for
-	// exemplars); Prometheus fills this section only when its feature flag
-	// is set.
-	if promCfg.StorageConfig.ExemplarsConfig == nil {
-		ec := promconfig.DefaultExemplarsConfig
-		promCfg.StorageConfig.ExemplarsConfig = &ec
-	}
-
 	o := defaultOwn()
 	dec := yaml.NewDecoder(bytes.NewReader(parts.own))
 	dec.KnownFields(true)
-	if err := dec.Decode(&o); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, s.errorFor(file, err, true)
+	err = dec.Decode(&o)
+	if err != nil && !errors.Is(err, io.EOF) {
+		errs = append(errs, s.errorFor(file, err, true))
 	}
-	for _, validate := range []func() error{
-		o.Cadvisor.Validate,
-		o.GPU.Validate,
-		o.Web.Validate,
-		o.Nodes.Validate,
-		o.Rules.Validate,
-		o.Accounting.Validate,
-	} {
-		if err := validate(); err != nil {
-			return nil, nil, s.errorFor(file, err, false)
+	// yaml.v3 decodes what it can around a wrong type or an unknown key
+	// (a TypeError lists them), leaving those fields at their defaults:
+	// the values it did decode are checked too.
+	var typeErr *yaml.TypeError
+	if err == nil || errors.Is(err, io.EOF) || errors.As(err, &typeErr) {
+		if promErr != nil {
+			// Without parsed scrape configs, a reserved job name would go
+			// unsaid until the next run: read the names from the YAML.
+			errs = append(errs, reservedJobNames(parts.root, &s, file, scrape.Builtin{
+				Cadvisor: o.Cadvisor.Enabled, GPU: o.GPU.Backend != gpu.BackendNone})...)
+		}
+		for _, validate := range []func() error{
+			o.Cadvisor.Validate,
+			o.GPU.Validate,
+			o.Web.Validate,
+			o.Nodes.Validate,
+			o.Rules.Validate,
+			o.Accounting.Validate,
+		} {
+			if err := validate(); err != nil {
+				for _, e := range unjoin(err) {
+					errs = append(errs, s.errorFor(file, e, false))
+				}
+			}
 		}
 	}
 	am, err := loadAlertmanager(data, file, parts.root, &s)
 	if err != nil {
-		return nil, nil, err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
 	}
 
 	return &Config{

@@ -174,6 +174,15 @@ func TestLoadErrors(t *testing.T) {
 
 		// Every bad value, not just the first.
 		{"two errors", "gpu:\n  interval: fast\n  timeout: slow\n", `test.yml:2: gpu.interval: "fast"` + dur + "\n" + `test.yml:3: gpu.timeout: "slow"` + dur},
+		// ... of every kind, in every section (the newcomer trial's three
+		// cases): a type error beside a refused value, two refused values
+		// of one section, a reserved job name beside a Prometheus error.
+		{"type error and refused value", "web:\n  listen_address: 9089\naccounting:\n  price_per_kwh: cheap\n",
+			`test.yml:4: accounting.price_per_kwh: "cheap" is not a number` + "\n" + `test.yml:2: web.listen_address: "9089" is not host:port (e.g. 0.0.0.0:9089 or :9089)`},
+		{"two refused values of a section", "web:\n  listen_address: ':99999'\n  external_url: gpu-01:9089\n",
+			`test.yml:2: web.listen_address: port 99999 of ":99999" is not between 0 and 65535` + "\n" + `test.yml:3: web.external_url: "gpu-01:9089" is not an absolute URL (e.g. http://gpu-01:9089/)`},
+		{"reserved job and a Prometheus error", "global:\n  scrape_interval: fast\nscrape_configs:\n  - job_name: gpuscope\n",
+			`test.yml:2: global.scrape_interval: "fast"` + dur + "\n" + `test.yml:4: scrape_configs[0]: job_name "gpuscope" is reserved for gpuscope's built-in collector; choose another name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load([]byte(tc.input), "test.yml", nil)

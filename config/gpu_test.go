@@ -33,7 +33,7 @@ interval: 5s
 timeout: 2s
 hostname_label: hostname
 families:
-  ecc: true
+  ecc: false
   profiling: false
 sim:
   count: 4
@@ -50,7 +50,7 @@ sim:
 	require.Equal(t, model.Duration(5*time.Second), cfg.Interval)
 	require.Equal(t, model.Duration(2*time.Second), cfg.Timeout)
 	require.Equal(t, gpu.HostnameLabelLower, cfg.HostnameLabel)
-	require.Equal(t, gpu.Families{ECC: true, Processes: true}, cfg.Families, "unset keys keep their defaults")
+	require.Equal(t, gpu.Families{Processes: true, RetiredPages: true, ClockEvents: true, NVLinkErrors: true}, cfg.Families, "unset keys keep their defaults")
 	require.Equal(t, 4, cfg.Sim.Count)
 	require.Equal(t, sim.DefaultConfig().Model, cfg.Sim.Model)
 	require.Equal(t, 30.0, cfg.Sim.TimeScale)

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -11,6 +12,11 @@ import (
 // directory, too much for every page load.
 const DefaultCacheRefresh = time.Minute
 
+// pendingRefresh is how old checks may be while one of them is Pending:
+// right after a start, the page would otherwise say "first scrape
+// pending" for a minute after the first scrapes landed.
+const pendingRefresh = 5 * time.Second
+
 // cacheTimeout bounds one run of the checks (each network check has its
 // own, shorter, timeout).
 const cacheTimeout = 30 * time.Second
@@ -19,8 +25,9 @@ const cacheTimeout = 30 * time.Second
 // once per refresh period, and serves the last result, so that a page
 // load never waits on a socket or a node.
 type Cache struct {
-	run   func(ctx context.Context) []Check
-	every time.Duration
+	run     func(ctx context.Context) []Check
+	every   time.Duration
+	pending time.Duration // the refresh period while a check is Pending
 
 	mu      sync.Mutex
 	checks  []Check
@@ -35,7 +42,7 @@ func NewCache(run func(ctx context.Context) []Check, refresh time.Duration) *Cac
 	if refresh <= 0 {
 		refresh = DefaultCacheRefresh
 	}
-	return &Cache{run: run, every: refresh}
+	return &Cache{run: run, every: refresh, pending: min(pendingRefresh, refresh)}
 }
 
 // Checks returns the last checks and starts a refresh when they are
@@ -43,7 +50,11 @@ func NewCache(run func(ctx context.Context) []Check, refresh time.Duration) *Cac
 func (c *Cache) Checks(context.Context) []Check {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.running && time.Since(c.at) > c.every {
+	every := c.every
+	if slices.ContainsFunc(c.checks, func(c Check) bool { return c.Pending }) {
+		every = c.pending
+	}
+	if !c.running && time.Since(c.at) > every {
 		c.running = true
 		c.done = make(chan struct{})
 		go c.refresh(c.done)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -35,4 +36,28 @@ func TestCache(t *testing.T) {
 	c.Checks(context.Background())
 	c.Wait()
 	require.Equal(t, int32(2), runs.Load(), "stale: run again in the background")
+}
+
+// TestCachePending: checks that wait on a first scrape are asked again
+// within seconds, not served for the whole refresh period.
+func TestCachePending(t *testing.T) {
+	var runs atomic.Int32
+	c := NewCache(func(context.Context) []Check {
+		n := runs.Add(1)
+		return []Check{{Name: "scrape/gpu", Status: StatusOK, Summary: "1 target, first scrape pending", Pending: n == 1}}
+	}, time.Hour)
+	c.pending = 10 * time.Millisecond
+	c.Checks(context.Background())
+	c.Wait()
+	require.True(t, c.Checks(context.Background())[0].Pending, "the first answer is pending")
+	c.Wait()
+	time.Sleep(20 * time.Millisecond)
+	c.Checks(context.Background())
+	c.Wait()
+	require.Equal(t, int32(2), runs.Load(), "pending: asked again after the short period")
+	require.False(t, c.Checks(context.Background())[0].Pending)
+	time.Sleep(20 * time.Millisecond)
+	c.Checks(context.Background())
+	c.Wait()
+	require.Equal(t, int32(2), runs.Load(), "settled: served for the refresh period (an hour)")
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpuscope/gpuscope/gpu"
@@ -38,7 +40,11 @@ func gpuChecks(ctx context.Context, o *Options) []Check {
 	defer cancel()
 	select {
 	case r := <-done:
-		return factChecks(o.Config.GPU.Config, r.f, r.err)
+		checks := factChecks(o.Config.GPU.Config, r.f, r.err)
+		if r.err == nil && len(r.f.GPUs) > 0 {
+			checks = append(checks, kernelLogCheck(o))
+		}
+		return checks
 	case <-ctx.Done():
 		return []Check{fail("nvml", "NVML did not answer: "+ctx.Err().Error(),
 			"the driver is hung or busy: check `nvidia-smi` and dmesg for XID errors")}
@@ -103,7 +109,7 @@ func gpusCheck(f *gpu.Facts) Check {
 	}
 	if len(broken) > 0 {
 		return warn("gpus", fmt.Sprintf("%d of %d GPUs identified; %s", len(f.GPUs)-len(broken), len(f.GPUs), strings.Join(broken, "; ")),
-			"a GPU that cannot be read is lost or in reset: check `nvidia-smi` and dmesg for XID errors; gpuscope retries it every cycle")
+			"a GPU that cannot be read is lost or in reset: check `nvidia-smi` and dmesg for XID errors; gpuscope retries it every 4 sampling cycles")
 	}
 	return ok("gpus", fmt.Sprintf("%d GPU%s: %s", len(f.GPUs), plural(len(f.GPUs)), strings.Join(seen, ", ")))
 }
@@ -158,6 +164,27 @@ func migCheck(f *gpu.Facts) Check {
 		return ok("mig", fmt.Sprintf("MIG supported on GPU %s, off", indexes(capable)))
 	}
 	return ok("mig", "no GPU supports MIG")
+}
+
+// kernelLogHint says how to let gpuscope read the kernel log. The
+// packaged unit closes it on purpose (ProtectKernelLogs=yes, no
+// capability); reading it needs CAP_SYSLOG where kernel.dmesg_restrict=1
+// (most distributions) and the device itself under DevicePolicy=closed.
+const kernelLogHint = "run gpuscope as root or with CAP_SYSLOG. Packaged service: `systemctl edit gpuscope` and add [Service] ProtectKernelLogs=no, AmbientCapabilities=CAP_SYSLOG, CapabilityBoundingSet=CAP_SYSLOG, DeviceAllow=/dev/kmsg r. Docker: --device /dev/kmsg --cap-add SYSLOG"
+
+// kernelLogCheck: whether gpuscope, run as this user, can read the kernel
+// log, where the driver logs every XID: NVML may not deliver 79 (fallen
+// off the bus) or 119 and 120 (GSP errors), and gpuscope reads them there
+// too where it may.
+func kernelLogCheck(o *Options) Check {
+	const name = "xid-kernel-log"
+	f, err := os.OpenFile(o.KernelLog, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return warn(name, fmt.Sprintf("%s cannot be read as uid %d (%v): XIDs NVML does not deliver (79 fallen off the bus, 119 and 120 GSP errors) are missed",
+			o.KernelLog, o.Geteuid(), errors.Unwrap(err)), kernelLogHint)
+	}
+	f.Close()
+	return ok(name, fmt.Sprintf("%s readable as uid %d: XIDs are read from the kernel log as well as from NVML (a running service may differ: see its gpuscope_gpu_collector_kernel_log_reading)", o.KernelLog, o.Geteuid()))
 }
 
 // indexes lists GPU indexes compactly: 0-3,5.

@@ -33,6 +33,10 @@ func h100s(n int) *server.Server {
 
 func TestGPUChecks(t *testing.T) {
 	noDevices := []string{filepath.Join(t.TempDir(), "nvidia[0-9]*")}
+	kmsg := filepath.Join(t.TempDir(), "kmsg")
+	touch(t, kmsg)
+	kernelLog := Check{Name: "xid-kernel-log", Status: StatusOK,
+		Summary: kmsg + " readable as uid 0: XIDs are read from the kernel log as well as from NVML (a running service may differ: see its gpuscope_gpu_collector_kernel_log_reading)"}
 	device := filepath.Join(t.TempDir(), "nvidia0")
 	touch(t, device)
 	notFound := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
@@ -80,6 +84,7 @@ func TestGPUChecks(t *testing.T) {
 				{Name: "gpus", Status: StatusOK, Summary: "8 GPUs: 8× NVIDIA H100 80GB HBM3"},
 				{Name: "gpm", Status: StatusOK, Summary: "GPM on every GPU (0-7): DCGM_FI_PROF_* published"},
 				{Name: "mig", Status: StatusOK, Summary: "MIG supported on GPU 0-7, off"},
+				kernelLog,
 			},
 		},
 		{
@@ -101,6 +106,7 @@ func TestGPUChecks(t *testing.T) {
 				{Name: "gpus", Status: StatusOK, Summary: "2 GPUs: 2× NVIDIA H100 80GB HBM3"},
 				{Name: "gpm", Status: StatusWarn, Summary: "no GPU has GPM: DCGM_FI_PROF_* (SM active, tensor, DRAM activity) absent"},
 				{Name: "mig", Status: StatusOK, Summary: "MIG on on GPU 1: memory, engine activity and processes per GPU instance (GPU_I_ID)"},
+				kernelLog,
 			},
 		},
 		{
@@ -119,6 +125,7 @@ func TestGPUChecks(t *testing.T) {
 				{Name: "gpus", Status: StatusOK, Summary: "3 GPUs: 3× NVIDIA H100 80GB HBM3"},
 				{Name: "gpm", Status: StatusOK, Summary: "profiling metrics off (gpu.families.profiling: false)"},
 				{Name: "mig", Status: StatusOK, Summary: "MIG supported on GPU 0-2, off"},
+				kernelLog,
 			},
 		},
 		{
@@ -136,6 +143,7 @@ func TestGPUChecks(t *testing.T) {
 				{Name: "gpus", Status: StatusOK, Summary: "3 GPUs: 3× NVIDIA H100 80GB HBM3"},
 				{Name: "gpm", Status: StatusWarn, Summary: "GPM on GPU 0-1, not on 2: DCGM_FI_PROF_* only for the first"},
 				{Name: "mig", Status: StatusOK, Summary: "MIG supported on GPU 0-2, off"},
+				kernelLog,
 			},
 		},
 		{
@@ -160,6 +168,7 @@ func TestGPUChecks(t *testing.T) {
 				{Name: "gpus", Status: StatusWarn, Summary: "1 of 2 GPUs identified; GPU 0: read name: ERROR_GPU_IS_LOST"},
 				{Name: "gpm", Status: StatusOK, Summary: "GPM on every GPU (1): DCGM_FI_PROF_* published"},
 				{Name: "mig", Status: StatusOK, Summary: "MIG supported on GPU 1, off"},
+				kernelLog,
 			},
 		},
 	} {
@@ -172,7 +181,7 @@ func TestGPUChecks(t *testing.T) {
 			if devices == nil {
 				devices = noDevices
 			}
-			o := Options{Config: cfg, NVML: tc.lib, NVIDIADevices: devices}.withDefaults()
+			o := Options{Config: cfg, NVML: tc.lib, NVIDIADevices: devices, KernelLog: kmsg, Geteuid: func() int { return 0 }}.withDefaults()
 			got := gpuChecks(context.Background(), &o)
 			requireChecks(t, tc.want, got)
 		})
@@ -194,4 +203,28 @@ func requireChecks(t *testing.T, want, got []Check) {
 			require.NotEmpty(t, got[i].Hint, "%s: a %s without a hint", got[i].Name, got[i].Status)
 		}
 	}
+}
+
+func TestKernelLogCheck(t *testing.T) {
+	readable := filepath.Join(t.TempDir(), "kmsg")
+	touch(t, readable)
+	missing := filepath.Join(t.TempDir(), "kmsg")
+	for _, tc := range []struct {
+		name, path string
+		want       Check
+	}{
+		{"readable", readable, Check{Name: "xid-kernel-log", Status: StatusOK,
+			Summary: readable + " readable as uid 998: XIDs are read from the kernel log as well as from NVML (a running service may differ: see its gpuscope_gpu_collector_kernel_log_reading)"}},
+		{"not readable", missing, Check{Name: "xid-kernel-log", Status: StatusWarn,
+			Summary: missing + " cannot be read as uid 998 (no such file or directory): XIDs NVML does not deliver (79 fallen off the bus, 119 and 120 GSP errors) are missed",
+			Hint:    kernelLogHint}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{KernelLog: tc.path, Geteuid: func() int { return 998 }}.withDefaults()
+			requireChecks(t, []Check{tc.want}, []Check{kernelLogCheck(&o)})
+		})
+	}
+	require.Contains(t, kernelLogHint, "ProtectKernelLogs=no", "the packaged unit closes the log; the hint says how to open it")
+	require.Contains(t, kernelLogHint, "CAP_SYSLOG")
+	require.Contains(t, kernelLogHint, "DeviceAllow=/dev/kmsg r")
 }

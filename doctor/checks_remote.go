@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 
 	config_util "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
+
+	"github.com/gpuscope/gpuscope/gpu"
 )
 
 // Clock skew thresholds between the appliance and a node. node-cadvisor
@@ -43,10 +46,45 @@ func applianceChecks(ctx context.Context, o *Options) []Check {
 			"start `gpuscope serve`, or point --url at it (http://user:password@host:port with basic auth)")}
 	}
 	checks := []Check{ok("appliance", fmt.Sprintf("gpuscope answers at %s, %d active target%s", redact(o.URL), len(targets.ActiveTargets), plural(len(targets.ActiveTargets))))}
+	if c, found := settingsCheck(ctx, o); found {
+		checks = append(checks, c)
+	}
 	if o.Config.Cadvisor.Enabled {
 		checks = append(checks, containersCheck(ctx, o))
 	}
+	if c, found := runningKernelLogCheck(ctx, o); found {
+		checks = append(checks, c)
+	}
 	return append(checks, scrapeChecks(targets.ActiveTargets, o.Now())...)
+}
+
+// settingsCheck compares what these checks looked at with what the
+// running gpuscope uses (its /api/v1/status/flags): a doctor run without
+// the flags serve was started with (--demo, --storage.tsdb.path) checks
+// another data directory or the host's driver instead of the demo's
+// simulated GPUs, and says so here. found is false when the running
+// gpuscope does not say.
+func settingsCheck(ctx context.Context, o *Options) (c Check, found bool) {
+	const name = "settings"
+	var flags map[string]string
+	if err := apiGet(ctx, o, "/api/v1/status/flags", nil, &flags); err != nil || flags["storage.tsdb.path"] == "" {
+		return Check{}, false
+	}
+	var differ []string
+	var hint []string
+	if dir := flags["storage.tsdb.path"]; filepath.Clean(dir) != filepath.Clean(o.DataDir) {
+		differ = append(differ, fmt.Sprintf("it keeps its data in %s, these checks looked at %s", dir, o.DataDir))
+		hint = append(hint, "--storage.tsdb.path="+dir)
+	}
+	if flags["demo"] == "true" && o.Config.GPU.Backend != gpu.BackendSim {
+		differ = append(differ, "it runs the demo's simulated GPUs, these checks looked at this host's driver")
+		hint = append(hint, "--demo")
+	}
+	if len(differ) == 0 {
+		return ok(name, "these checks looked at what the running gpuscope uses"), true
+	}
+	return warn(name, "the running gpuscope was started otherwise: "+strings.Join(differ, "; "),
+		"run `gpuscope doctor "+strings.Join(hint, " ")+"` (with serve's --config.file too) to check what it uses"), true
 }
 
 // target is one of /api/v1/targets's active targets.
@@ -102,7 +140,9 @@ func scrapeChecks(targets []target, now time.Time) []Check {
 			checks = append(checks, warn(name, strings.Join(late, "; "),
 				"scrapes are late: gpuscope is overloaded or the target answers slowly (scrape_duration_seconds)"))
 		case len(pending) == len(ts):
-			checks = append(checks, ok(name, fmt.Sprintf("%d target%s, first scrape pending", len(ts), plural(len(ts)))))
+			c := ok(name, fmt.Sprintf("%d target%s, first scrape pending", len(ts), plural(len(ts))))
+			c.Pending = true
+			checks = append(checks, c)
 		default:
 			s := fmt.Sprintf("%d target%s, last scraped %s ago at most", len(ts), plural(len(ts)), oldest.Round(time.Second))
 			if len(ts) == 1 {
@@ -145,8 +185,10 @@ func containersCheck(ctx context.Context, o *Options) Check {
 		}
 	}
 	if len(counts) == 0 {
-		return warn(name, "cAdvisor has published no container yet",
+		c := warn(name, "cAdvisor has published no container yet",
 			"wait one scrape interval; if it stays so, see the cadvisor scrape and gpuscope's log")
+		c.Pending = true
+		return c
 	}
 	var insts, alone, seen []string
 	for inst := range counts {
@@ -166,6 +208,41 @@ func containersCheck(ctx context.Context, o *Options) Check {
 			"run gpuscope's container with --cgroupns host and /sys mounted (-v /sys:/sys:ro)")
 	}
 	return ok(name, summary)
+}
+
+// runningKernelLogCheck asks the running gpuscope whether each node's GPU
+// collector reads XIDs from the kernel log: the service's own user and
+// unit decide, not the user running doctor. found is false where no node
+// reads NVML.
+func runningKernelLogCheck(ctx context.Context, o *Options) (c Check, found bool) {
+	const name = "xid-kernel-log/running"
+	var res struct {
+		Result []struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"`
+		} `json:"result"`
+	}
+	if err := apiGet(ctx, o, "/api/v1/query", url.Values{"query": {`max by (instance) (gpuscope_gpu_collector_kernel_log_reading)`}}, &res); err != nil {
+		return warn(name, "cannot ask the running gpuscope whether it reads the kernel log: "+err.Error(), ""), true
+	}
+	var reading, not []string
+	for _, r := range res.Result {
+		if s, _ := r.Value[1].(string); s == "1" {
+			reading = append(reading, r.Metric["instance"])
+		} else {
+			not = append(not, r.Metric["instance"])
+		}
+	}
+	slices.Sort(reading)
+	slices.Sort(not)
+	switch {
+	case len(reading)+len(not) == 0:
+		return Check{}, false
+	case len(not) > 0:
+		return warn(name, fmt.Sprintf("the GPU collector on %s cannot read the kernel log: XIDs NVML does not deliver (79, 119, 120) are missed there", strings.Join(not, ", ")),
+			kernelLogHint), true
+	}
+	return ok(name, fmt.Sprintf("the GPU collector on %s reads XIDs from the kernel log as well as from NVML", strings.Join(reading, ", "))), true
 }
 
 // apiGet GETs a Prometheus API path of the running gpuscope and decodes

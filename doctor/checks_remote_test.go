@@ -56,7 +56,7 @@ func TestScrapeChecks(t *testing.T) {
 		{
 			name:    "first scrape pending",
 			targets: []target{tgt("gpu", "ws", "unknown", -1, "")},
-			want:    []Check{{Name: "scrape/gpu", Status: StatusOK, Summary: "1 target, first scrape pending"}},
+			want:    []Check{{Name: "scrape/gpu", Status: StatusOK, Summary: "1 target, first scrape pending", Pending: true}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +100,7 @@ func TestApplianceChecks(t *testing.T) {
 	const all, below, image = `count by (instance) (container_start_time_seconds)`,
 		`count by (instance) (container_start_time_seconds{id!="/"})`,
 		`count by (instance) (container_start_time_seconds{image!=""})`
+	const kernelLog = `max by (instance) (gpuscope_gpu_collector_kernel_log_reading)`
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	closedURL := "http://" + closed.Addr().String()
@@ -134,11 +135,38 @@ func TestApplianceChecks(t *testing.T) {
 			},
 		},
 		{
+			name: "a node that cannot read the kernel log",
+			url: func(t *testing.T) string {
+				return fakeAppliance(t, targets, map[string]map[string]int{all: {"ws": 12}, below: {"ws": 11}, image: {"ws": 3},
+					kernelLog: {"ws": 0, "gpu-01": 1}}).URL
+			},
+			want: []Check{
+				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 1 active target"},
+				{Name: "containers", Status: StatusOK, Summary: "cAdvisor sees ws: 12 cgroups, 3 with an image"},
+				{Name: "xid-kernel-log/running", Status: StatusWarn, Summary: "the GPU collector on ws cannot read the kernel log: XIDs NVML does not deliver (79, 119, 120) are missed there",
+					Hint: kernelLogHint},
+				{Name: "scrape/gpu", Status: StatusOK, Summary: "ws last scraped 4s ago"},
+			},
+		},
+		{
+			name: "every node reads the kernel log",
+			url: func(t *testing.T) string {
+				return fakeAppliance(t, targets, map[string]map[string]int{all: {"ws": 12}, below: {"ws": 11}, image: {"ws": 3},
+					kernelLog: {"ws": 1, "gpu-01": 1}}).URL
+			},
+			want: []Check{
+				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 1 active target"},
+				{Name: "containers", Status: StatusOK, Summary: "cAdvisor sees ws: 12 cgroups, 3 with an image"},
+				{Name: "xid-kernel-log/running", Status: StatusOK, Summary: "the GPU collector on gpu-01, ws reads XIDs from the kernel log as well as from NVML"},
+				{Name: "scrape/gpu", Status: StatusOK, Summary: "ws last scraped 4s ago"},
+			},
+		},
+		{
 			name: "no container yet",
 			url:  func(t *testing.T) string { return fakeAppliance(t, nil, nil).URL },
 			want: []Check{
 				{Name: "appliance", Status: StatusOK, Summary: "gpuscope answers at URL, 0 active targets"},
-				{Name: "containers", Status: StatusWarn, Summary: "cAdvisor has published no container yet"},
+				{Name: "containers", Status: StatusWarn, Summary: "cAdvisor has published no container yet", Pending: true},
 			},
 		},
 		{
@@ -267,4 +295,49 @@ func TestClockChecks(t *testing.T) {
 
 	o = Options{Config: config.Default(nil)}.withDefaults()
 	require.Empty(t, clockChecks(context.Background(), &o), "no nodes, no clock checks")
+}
+
+// TestSettingsCheck: a doctor run that looks at another data directory or
+// at the host's driver while the running gpuscope runs the demo says so,
+// and names the flags to give; a gpuscope that does not say its flags is
+// no check at all.
+func TestSettingsCheck(t *testing.T) {
+	serve := func(t *testing.T, flags map[string]string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/api/v1/status/flags" || flags == nil {
+				http.NotFound(w, r)
+				return
+			}
+			json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": flags})
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	demo := config.Default(nil)
+	demo.GPU.Backend = "sim"
+	for _, tc := range []struct {
+		name    string
+		flags   map[string]string
+		cfg     *config.Config
+		dataDir string
+		want    Check
+		found   bool
+	}{
+		{"same", map[string]string{"storage.tsdb.path": "data/", "demo": "false"}, config.Default(nil), "data", ok("settings", "these checks looked at what the running gpuscope uses"), true},
+		{"the demo, checked as a plain serve", map[string]string{"storage.tsdb.path": "data-demo/", "demo": "true"}, config.Default(nil), "data/",
+			warn("settings", "the running gpuscope was started otherwise: it keeps its data in data-demo/, these checks looked at data/; it runs the demo's simulated GPUs, these checks looked at this host's driver",
+				"run `gpuscope doctor --storage.tsdb.path=data-demo/ --demo` (with serve's --config.file too) to check what it uses"), true},
+		{"the demo, checked with --demo", map[string]string{"storage.tsdb.path": "data-demo/", "demo": "true"}, demo, "data-demo", ok("settings", "these checks looked at what the running gpuscope uses"), true},
+		{"another data directory", map[string]string{"storage.tsdb.path": "/var/lib/gpuscope", "demo": "false"}, config.Default(nil), "data/",
+			warn("settings", "the running gpuscope was started otherwise: it keeps its data in /var/lib/gpuscope, these checks looked at data/",
+				"run `gpuscope doctor --storage.tsdb.path=/var/lib/gpuscope` (with serve's --config.file too) to check what it uses"), true},
+		{"flags not served", nil, config.Default(nil), "data/", Check{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Config: tc.cfg, URL: serve(t, tc.flags), DataDir: tc.dataDir}.withDefaults()
+			got, found := settingsCheck(context.Background(), &o)
+			require.Equal(t, tc.found, found)
+			require.Equal(t, tc.want, got)
+		})
+	}
 }

@@ -46,6 +46,10 @@ type Check struct {
 	Summary string `json:"summary"`
 	// Hint is one line saying what to do; empty when nothing is.
 	Hint string `json:"hint,omitempty"`
+	// Pending says the answer waits on what comes within a scrape
+	// interval of a start (a first scrape, cAdvisor's first containers),
+	// so a Cache asks again soon instead of serving it for a minute.
+	Pending bool `json:"-"`
 }
 
 // Options are what the checks look at. Only Config is needed; the rest
@@ -81,6 +85,9 @@ type Options struct {
 	// are mounted (default /proc and /sys/fs/cgroup).
 	ProcRoot   string
 	CgroupRoot string
+	// KernelLog is the kernel's log device, where the driver logs every
+	// XID (default /dev/kmsg).
+	KernelLog string
 	// The rest replace the operating system in tests: the effective user
 	// id, a PATH lookup and the clock.
 	Geteuid  func() int
@@ -120,6 +127,9 @@ func (o Options) withDefaults() Options {
 		o.CgroupRoot = "/sys/fs/cgroup"
 	}
 	o.CgroupRoot = filepath.Clean(o.CgroupRoot)
+	if o.KernelLog == "" {
+		o.KernelLog = "/dev/kmsg"
+	}
 	if o.Geteuid == nil {
 		o.Geteuid = os.Geteuid
 	}

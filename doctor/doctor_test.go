@@ -36,6 +36,7 @@ func TestRun(t *testing.T) {
 		Geteuid:       func() int { return 0 },
 		LookPath:      func(string) (string, error) { return "", errors.New("not found") },
 		Timeout:       time.Second,
+		KernelLog:     filepath.Join(t.TempDir(), "kmsg"),
 	}
 	var names []string
 	checks := Run(context.Background(), o)
@@ -44,7 +45,7 @@ func TestRun(t *testing.T) {
 		require.Contains(t, []string{StatusOK, StatusWarn, StatusFail}, c.Status)
 		require.NotEmpty(t, c.Summary, c.Name)
 	}
-	require.Equal(t, []string{"nvml", "driver", "gpus", "gpm", "mig", "root", "namespaces", "cgroups",
+	require.Equal(t, []string{"nvml", "driver", "gpus", "gpm", "mig", "xid-kernel-log", "root", "namespaces", "cgroups",
 		"docker", "podman", "containerd", "slurm", "data-dir", "listen", "alerts"}, names)
 }
 

@@ -39,6 +39,8 @@ type reportRun struct {
 	GPUHours        float64    `json:"gpu_hours"`
 	EnergyKWh       *float64   `json:"energy_kwh"`
 	CPUCoreSeconds  float64    `json:"cpu_core_seconds"`
+	XIDErrors       int        `json:"xid_errors"`
+	Alerts          []string   `json:"alerts"`
 }
 
 // workloadsCLI runs `gpuscope workloads args...` and returns its stdout,
@@ -229,6 +231,43 @@ func TestWorkloadsReportDemo(t *testing.T) {
 			require.InDelta(t, w.cpuSeconds, r.CPUCoreSeconds, 1e-6, r.Workload)
 		}
 		require.Equal(t, len(held), checked, "one run per workload holding a GPU")
+	})
+
+	// The newcomer trial's M1 and m1: the demo's job on GPU 7 dies of XID
+	// 79 twenty seconds in; its last sample holding the GPU comes before
+	// the XID and the alerts. Its row has them, an end, and a duration
+	// that does not grow.
+	t.Run("the run killed by an XID", func(t *testing.T) {
+		crashy := func(end time.Time) (reportRun, error) {
+			for _, r := range reportAPI(t, p, end.Add(-time.Hour), end) {
+				if r.ID == "/gpuscope-demo/crashy" {
+					return r, nil
+				}
+			}
+			return reportRun{}, errors.New("no run of /gpuscope-demo/crashy")
+		}
+		var r reportRun
+		eventually(t, 90*time.Second, "the XID and its alerts in crashy's row", func() error {
+			var err error
+			if r, err = crashy(time.Now()); err != nil {
+				return err
+			}
+			if r.XIDErrors < 1 || !slices.Contains(r.Alerts, "GPUXIDErrorCritical") || !slices.Contains(r.Alerts, "GPUFellOffBus") {
+				return fmt.Errorf("xid_errors %d, alerts %v", r.XIDErrors, r.Alerts)
+			}
+			return nil
+		})
+		require.Equal(t, 1, r.XIDErrors, "one XID 79")
+		require.False(t, r.Running)
+		require.NotNil(t, r.End, "a run that is over has an end")
+		require.Equal(t, []string{"7"}, r.GPUs)
+		now := time.Now().Truncate(time.Second)
+		a, err := crashy(now.Add(-5 * time.Second))
+		require.NoError(t, err)
+		b, err := crashy(now)
+		require.NoError(t, err)
+		require.Equal(t, a.DurationSeconds, b.DurationSeconds, "the duration does not grow with the report's end")
+		require.Equal(t, a.End, b.End)
 	})
 
 	t.Run("api bad input", func(t *testing.T) {

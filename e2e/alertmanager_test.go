@@ -361,7 +361,7 @@ receivers:
 	require.Len(t, active["GPUMemoryAlmostFull"], 2)
 	require.Len(t, active["GPUSMUtilizationHigh"], 1)
 	require.Equal(t, "active", *active["GPUSMUtilizationHigh"][0].Status.State)
-	require.Contains(t, string(active["GPUSMUtilizationHigh"][0].GeneratorURL), "/api/v1/query?query=")
+	require.Contains(t, string(active["GPUSMUtilizationHigh"][0].GeneratorURL), "/graph?g0.expr=")
 
 	// A silence set with amtool.
 	id := strings.TrimSpace(am.amtool("silence", "add", "alertname=GPUSMUtilizationHigh",

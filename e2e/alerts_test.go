@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,7 +150,14 @@ gpu:
 	require.Equal(t, "warning", a.Labels["severity"])
 	require.Contains(t, a.Annotations["summary"], "starved by the CPU of container "+container)
 	require.Contains(t, a.Annotations["description"], "input-bound")
-	require.Contains(t, string(a.GeneratorURL), "/api/v1/query?query=")
+	require.Contains(t, string(a.GeneratorURL), "/graph?g0.expr=")
+	// The link lands on gpuscope's /graph, which shows the alert's
+	// expression as a table (its host is the external URL's).
+	gen, err := url.Parse(string(a.GeneratorURL))
+	require.NoError(t, err)
+	code, body := p.get(gen.Path + "?" + gen.RawQuery)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `<table class="result" data-result-type="vector">`)
 	require.True(t, time.Time(a.EndsAt).After(time.Time(a.StartsAt)))
 	// The HTTP API reports it too: Grafana's alert list reads /alerts.
 	eventually(t, 10*time.Second, "GPUStarvedByCPU firing in /api/v1/alerts", func() error {

@@ -95,5 +95,7 @@ func (e *BackendEnv) Container(id string, memoryBytes, smPercent float64, proces
 // the second cycle it is listed; unresolved counts the pids whose cgroup
 // could not be read (in the first cycle, those gone too).
 func (e *BackendEnv) GroupProcesses(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (cs []Container, orphans Orphans, unresolved int) {
-	return e.grouper.group(procs, utils)
+	// A backend's samples are its own account of the interval: their
+	// mean, as NVML's are before the driver's period is known.
+	return e.grouper.group(procs, utils, smWindow{})
 }

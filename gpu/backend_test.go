@@ -122,6 +122,7 @@ func TestSampleBuilder(t *testing.T) {
 		return s
 	})
 	o.Config.Families.ClockEvents = true
+	o.Config.Families.ECC = false
 	o.ContainerLookup = func(id string) (workload.Metadata, bool) { return workload.Metadata{Name: "n" + id}, true }
 	c, reg := testCollector(t, o)
 	lastAnswer = clock.Now().Add(-time.Minute)

@@ -135,6 +135,7 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	out, _, unresolved := g.group(
 		[]nvml.ProcessInfo{{Pid: 1, UsedGpuMemory: 1}, {Pid: 2, UsedGpuMemory: 2}, {Pid: 3, UsedGpuMemory: 3}, {Pid: 4, UsedGpuMemory: 4}},
 		[]nvml.ProcessUtilizationSample{{Pid: 2, SmUtil: 70}, {Pid: 3, SmUtil: 60}},
+		smWindow{},
 	)
 	g.endCycle()
 	require.Equal(t, 1, unresolved)

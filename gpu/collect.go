@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 
@@ -26,10 +27,13 @@ type descs struct {
 	orphanProcs     *prometheus.Desc
 	fieldSupported  *prometheus.Desc
 	lastSample      *prometheus.Desc
+	unifiedMemory   *prometheus.Desc
 	mig             *migDescs // per GPU instance (mig.go)
 
 	up           *prometheus.Desc
 	backendInfo  *prometheus.Desc
+	renderErrors *prometheus.Desc
+	kernelLog    *prometheus.Desc
 	errors       *prometheus.Desc
 	cycles       *prometheus.Desc
 	timeouts     *prometheus.Desc
@@ -71,7 +75,7 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		d.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, container, nil)
 		d.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, container, nil)
 		d.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
-			"Compute processes of a container on the GPU.", container, nil)
+			containerProcsHelp, container, nil)
 		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, dcgm, nil)
 		d.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, dcgm, nil)
 	}
@@ -79,6 +83,9 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
 		[]string{"gpu", "UUID", "field"}, nil)
 
+	d.unifiedMemory = prometheus.NewDesc("gpuscope_gpu_memory_unified",
+		"1 if the GPU has no framebuffer of its own and shares the host's memory (DGX Spark's GB10 and other integrated GPUs, where NVML reports framebuffer memory as not supported): DCGM_FI_DEV_FB_TOTAL, _FREE and _USED then hold the system memory (MemTotal, MemAvailable and their difference, as nvtop and nvitop show it), so they count the host's use as well as the GPU's. 0 for a GPU whose framebuffer figures are its own.",
+		[]string{"gpu", "UUID"}, nil)
 	d.lastSample = prometheus.NewDesc("gpuscope_gpu_last_sample_timestamp_seconds",
 		"When the GPU last answered a complete read. It stops advancing while the GPU is lost or its reads hang; its series are then served from the last sample for up to two intervals, then omitted (GPUMetricsStale).",
 		[]string{"gpu", "UUID"}, nil)
@@ -91,6 +98,10 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 	d.errors = prometheus.NewDesc("gpuscope_gpu_collector_errors_total",
 		"Failed GPU reads by GPU index (empty when not tied to one GPU) and field: a metric name; device for a GPU that could not be read at all (off the bus, or not identified); timeout for a GPU whose reads did not finish within the cycle; driver when NVML reports the driver unloaded or of another version than its library.",
 		[]string{"gpu", "field"}, nil)
+	d.renderErrors = prometheus.NewDesc("gpuscope_gpu_collector_render_errors_total",
+		"GPU series left out of the exposition because a label value was not valid (logged once); the sample's other series are still published. Should stay 0.", nil, nil)
+	d.kernelLog = prometheus.NewDesc("gpuscope_gpu_collector_kernel_log_reading",
+		"1 while the NVML backend reads XIDs from the kernel log (/dev/kmsg) besides NVML's events, 0 where it may not (it needs root or CAP_SYSLOG, and the packaged unit's ProtectKernelLogs=yes closes it): XIDs NVML does not deliver (79, 119, 120) are then missed. Only while the NVML backend is up.", nil, nil)
 	d.cycles = prometheus.NewDesc("gpuscope_gpu_collector_cycles_total",
 		"Completed GPU sampling cycles.", nil, nil)
 	d.timeouts = prometheus.NewDesc("gpuscope_gpu_collector_cycle_timeouts_total",
@@ -114,12 +125,18 @@ func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 // sample and the collector's own state; it never calls the driver.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.d
+	// The sample first: rendering it counts the series it had to leave
+	// out, which the self-metrics below report in the same scrape.
+	var ms []prometheus.Metric
+	if s := c.snap.Load(); s != nil {
+		ms = s.metrics(d, c.renderFailed)
+	}
 	type errCount struct {
 		k errKey
 		n float64
 	}
 	c.mu.Lock()
-	up, cycles, timeouts, lastDur, lastOK := c.up, c.cycles, c.timeouts, c.lastDur, c.lastOK
+	up, cycles, timeouts, lastDur, lastOK, renderErrs := c.up, c.cycles, c.timeouts, c.lastDur, c.lastOK, c.renderErrs
 	backend := d.backend
 	if c.noGPUs {
 		// auto found no driver: this machine runs without a GPU backend,
@@ -132,22 +149,41 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 
+	// The label values below are gpuscope's own (backend and field names,
+	// GPU indexes), valid by construction.
 	ch <- prometheus.MustNewConstMetric(d.up, prometheus.GaugeValue, boolValue(up))
 	ch <- prometheus.MustNewConstMetric(d.backendInfo, prometheus.GaugeValue, 1, backend)
 	ch <- prometheus.MustNewConstMetric(d.cycles, prometheus.CounterValue, cycles)
 	ch <- prometheus.MustNewConstMetric(d.timeouts, prometheus.CounterValue, timeouts)
 	ch <- prometheus.MustNewConstMetric(d.lastDuration, prometheus.GaugeValue, lastDur)
 	ch <- prometheus.MustNewConstMetric(d.interval, prometheus.GaugeValue, c.interval.Seconds())
+	ch <- prometheus.MustNewConstMetric(d.renderErrors, prometheus.CounterValue, renderErrs)
+	if kl, ok := c.backend.(interface{ kernelLogActive() bool }); ok && up {
+		ch <- prometheus.MustNewConstMetric(d.kernelLog, prometheus.GaugeValue, boolValue(kl.kernelLogActive()))
+	}
 	if !lastOK.IsZero() {
 		ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, float64(lastOK.UnixNano())/1e9)
 	}
 	for _, e := range errs {
 		ch <- prometheus.MustNewConstMetric(d.errors, prometheus.CounterValue, e.n, e.k.gpu, e.k.field)
 	}
-	if s := c.snap.Load(); s != nil {
-		for _, m := range s.metrics(d) {
-			ch <- m
-		}
+	for _, m := range ms {
+		ch <- m
+	}
+}
+
+// renderFailed counts the series a render left out and logs the first
+// failure the collector ever has: a bad label value comes back every
+// cycle while its container runs, and the counter says how often.
+func (c *Collector) renderFailed(n int, first error) {
+	c.mu.Lock()
+	c.renderErrs += float64(n)
+	logged := c.renderLogged
+	c.renderLogged = true
+	c.mu.Unlock()
+	if !logged {
+		c.logger.Warn("GPU series left out of the exposition; the others are published (further ones are only counted in gpuscope_gpu_collector_render_errors_total)",
+			"series", n, "err", first)
 	}
 }
 
@@ -159,19 +195,61 @@ type snapshot struct {
 	ms   []prometheus.Metric
 }
 
-func (s *snapshot) metrics(d *descs) []prometheus.Metric {
-	s.once.Do(func() { s.ms = d.render(s.s) })
+// metrics renders the sample once; failed, if the render had to leave
+// series out, is told how many and why.
+func (s *snapshot) metrics(d *descs, failed func(n int, first error)) []prometheus.Metric {
+	s.once.Do(func() {
+		r := &renderer{out: make([]prometheus.Metric, 0, len(s.s.gpus)*64)}
+		func() {
+			// A panic must cost the series not yet rendered, not the
+			// whole sample: once.Do would otherwise leave it empty for
+			// every later scrape, with collector_up still 1.
+			defer func() {
+				if p := recover(); p != nil {
+					r.fail(fmt.Errorf("render panicked: %v", p))
+				}
+			}()
+			d.render(r, s.s)
+		}()
+		s.ms = r.out
+		if r.failed > 0 && failed != nil {
+			failed(r.failed, r.first)
+		}
+	})
 	return s.ms
 }
 
-func (d *descs) render(s *Sample) []prometheus.Metric {
-	out := make([]prometheus.Metric, 0, len(s.gpus)*64)
+// renderer collects a sample's metrics. A metric that cannot be built (a
+// label value that is not valid UTF-8 slipped through) is left out and
+// counted: one bad series must not take every GPU's with it, as
+// MustNewConstMetric's panic would.
+type renderer struct {
+	out    []prometheus.Metric
+	failed int
+	first  error
+}
+
+func (r *renderer) add(desc *prometheus.Desc, typ prometheus.ValueType, v float64, labels ...string) {
+	m, err := prometheus.NewConstMetric(desc, typ, v, labels...)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	r.out = append(r.out, m)
+}
+
+func (r *renderer) fail(err error) {
+	if r.failed == 0 {
+		r.first = err
+	}
+	r.failed++
+}
+
+func (d *descs) render(r *renderer, s *Sample) {
 	for i := range s.gpus {
 		g := &s.gpus[i]
 		info := g.info
-		if m := d.lastSampleMetric(g); m != nil {
-			out = append(out, m)
-		}
+		d.renderLastSample(r, g)
 		for f := Field(0); f < numFields; f++ {
 			desc := d.field[f]
 			if desc == nil || !g.set.has(f) {
@@ -181,60 +259,71 @@ func (d *descs) render(s *Sample) []prometheus.Metric {
 			if fields[f].kind == kindOwn {
 				labels = info.ownLabels
 			}
-			out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, g.values[f], labels...))
+			r.add(desc, fields[f].typ, g.values[f], labels...)
 		}
 		if g.set.has(FieldXID) {
 			code := uint64(g.values[FieldXID])
 			labels := append(info.dcgmLabels[:len(info.dcgmLabels):len(info.dcgmLabels)], strconv.FormatUint(code, 10), xidMessage(code))
-			out = append(out, prometheus.MustNewConstMetric(d.xid, prometheus.GaugeValue, g.values[FieldXID], labels...))
+			r.add(d.xid, prometheus.GaugeValue, g.values[FieldXID], labels...)
 		}
 		for _, x := range g.xidCounts {
-			out = append(out, prometheus.MustNewConstMetric(d.xidTotal, prometheus.CounterValue, float64(x.count),
-				info.ownLabels[0], info.ownLabels[1], strconv.FormatUint(x.code, 10)))
+			r.add(d.xidTotal, prometheus.CounterValue, float64(x.count), info.ownLabels[0], info.ownLabels[1], strconv.FormatUint(x.code, 10))
 		}
 		if d.clockEvent != nil && g.set.has(FieldClockEvents) {
-			for _, r := range clockEventReasons {
-				v := boolValue(g.clockEvents&r.bit != 0)
-				out = append(out, prometheus.MustNewConstMetric(d.clockEvent, prometheus.GaugeValue, v, info.ownLabels[0], info.ownLabels[1], r.name))
+			for _, reason := range clockEventReasons {
+				r.add(d.clockEvent, prometheus.GaugeValue, boolValue(g.clockEvents&reason.bit != 0), info.ownLabels[0], info.ownLabels[1], reason.name)
 			}
 		}
 		if d.containerMemory != nil {
-			out = appendContainers(out, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
-			out = appendOrphans(out, d.orphanMemory, d.orphanProcs, g, info.dcgmLabels)
+			renderContainers(r, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
+			renderOrphans(r, d.orphanMemory, d.orphanProcs, g, info.dcgmLabels)
 		}
-		out = appendSupported(out, d.fieldSupported, d.enabled, g.set, g.unsupported, info.ownLabels[0], info.ownLabels[1])
-		out = d.renderInstances(out, g)
+		d.renderUnified(r, g)
+		renderSupported(r, d.fieldSupported, d.enabled, g.set, g.unsupported, info.ownLabels[0], info.ownLabels[1])
+		d.renderInstances(r, g)
 	}
-	return out
 }
 
-// lastSampleMetric is gpuscope_gpu_last_sample_timestamp_seconds of g, nil
-// for a GPU that never answered.
-func (d *descs) lastSampleMetric(g *GPUSample) prometheus.Metric {
+// renderLastSample renders gpuscope_gpu_last_sample_timestamp_seconds of
+// g; a GPU that never answered has none.
+func (d *descs) renderLastSample(r *renderer, g *GPUSample) {
 	if g.at.IsZero() {
-		return nil
+		return
 	}
-	return prometheus.MustNewConstMetric(d.lastSample, prometheus.GaugeValue, float64(g.at.UnixNano())/1e9, g.info.ownLabels[0], g.info.ownLabels[1])
+	r.add(d.lastSample, prometheus.GaugeValue, float64(g.at.UnixNano())/1e9, g.info.ownLabels[0], g.info.ownLabels[1])
 }
 
-// appendContainers renders the per-container series of a GPU, or of a GPU
+// renderUnified renders gpuscope_gpu_memory_unified for a GPU whose
+// memory was read: the mark that tells its DCGM_FI_DEV_FB_* apart.
+func (d *descs) renderUnified(r *renderer, g *GPUSample) {
+	if !g.set.has(FieldFBTotal) {
+		return
+	}
+	r.add(d.unifiedMemory, prometheus.GaugeValue, boolValue(g.unifiedMemory), g.info.ownLabels[0], g.info.ownLabels[1])
+}
+
+// renderContainers renders the per-container series of a GPU, or of a GPU
 // instance (instance labels after the container's). Memory the driver
 // withheld is left out, not published as 0.
-func appendContainers(out []prometheus.Metric, mem, procs, sm *prometheus.Desc, set fieldSet, cs []Container, gpu, uuid string, instance ...string) []prometheus.Metric {
+func renderContainers(r *renderer, mem, procs, sm *prometheus.Desc, set fieldSet, cs []Container, gpu, uuid string, instance ...string) {
 	for _, c := range cs {
 		lv := append(append([]string{gpu, uuid, c.id, c.name}, c.workload.Values()...), instance...)
 		if set.has(FieldContainerMemory) {
 			if !c.memoryUnknown {
-				out = append(out, prometheus.MustNewConstMetric(mem, prometheus.GaugeValue, c.memoryBytes, lv...))
+				r.add(mem, prometheus.GaugeValue, c.memoryBytes, lv...)
 			}
-			out = append(out, prometheus.MustNewConstMetric(procs, prometheus.GaugeValue, float64(c.processes), lv...))
+			r.add(procs, prometheus.GaugeValue, float64(c.processes), lv...)
 		}
 		if set.has(FieldContainerSM) {
-			out = append(out, prometheus.MustNewConstMetric(sm, prometheus.GaugeValue, c.smPercent, lv...))
+			r.add(sm, prometheus.GaugeValue, c.smPercent, lv...)
 		}
 	}
-	return out
 }
+
+// containerProcsHelp is gpuscope_gpu_container_processes's HELP: every
+// process the driver lists, graphics contexts (Xorg, desktop applications
+// on RTX and workstation GPUs) as well as compute ones.
+const containerProcsHelp = "Processes of a container that the driver lists on the GPU: compute processes, MPS clients and graphics contexts."
 
 // The orphan series: GPU memory the driver lists for processes that are
 // gone (process.go), per GPU or GPU instance, with the dcgm labels.
@@ -245,21 +334,20 @@ const (
 	orphanProcsHelp  = "Processes the driver lists on the GPU that are gone (see gpuscope_gpu_orphaned_memory_bytes)."
 )
 
-// appendOrphans renders the orphan series of a GPU (or GPU instance) whose
+// renderOrphans renders the orphan series of a GPU (or GPU instance) whose
 // process list was read, 0 when none is gone.
-func appendOrphans(out []prometheus.Metric, mem, procs *prometheus.Desc, g *GPUSample, labels []string) []prometheus.Metric {
+func renderOrphans(r *renderer, mem, procs *prometheus.Desc, g *GPUSample, labels []string) {
 	if !g.set.has(FieldContainerMemory) {
-		return out
+		return
 	}
-	return append(out,
-		prometheus.MustNewConstMetric(mem, prometheus.GaugeValue, g.orphans.memoryBytes, labels...),
-		prometheus.MustNewConstMetric(procs, prometheus.GaugeValue, float64(g.orphans.processes), labels...))
+	r.add(mem, prometheus.GaugeValue, g.orphans.memoryBytes, labels...)
+	r.add(procs, prometheus.GaugeValue, float64(g.orphans.processes), labels...)
 }
 
-// appendSupported renders gpuscope_gpu_field_supported for the fields of
+// renderSupported renders gpuscope_gpu_field_supported for the fields of
 // enabled that a GPU (or GPU instance: its labels after the field's) read
 // (1) or cannot give (0); fields neither read nor refused are left out.
-func appendSupported(out []prometheus.Metric, desc *prometheus.Desc, enabled, set, unsupported fieldSet, gpu, uuid string, instance ...string) []prometheus.Metric {
+func renderSupported(r *renderer, desc *prometheus.Desc, enabled, set, unsupported fieldSet, gpu, uuid string, instance ...string) {
 	for f := Field(0); f < numFields; f++ {
 		if !enabled.has(f) {
 			continue
@@ -273,7 +361,6 @@ func appendSupported(out []prometheus.Metric, desc *prometheus.Desc, enabled, se
 		default:
 			continue
 		}
-		out = append(out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, append([]string{gpu, uuid, fields[f].name}, instance...)...))
+		r.add(desc, prometheus.GaugeValue, v, append([]string{gpu, uuid, fields[f].name}, instance...)...)
 	}
-	return out
 }

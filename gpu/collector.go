@@ -50,6 +50,11 @@ type Options struct {
 	NVIDIADevices []string
 	// Now replaces time.Now for sample timestamps and the backend's clock.
 	Now func() time.Time
+	// KernelLog is where the NVML backend reads the kernel's log for the
+	// XIDs NVML may not deliver (79 fallen off the bus, 119 and 120 GSP
+	// errors): default /dev/kmsg, which needs root or CAP_SYSLOG; "-"
+	// reads none.
+	KernelLog string
 	// NewBackend, when set, makes the backend in place of the one
 	// Config.Backend names, from what New resolved of these Options; it
 	// must be set for backend sim, whose simulator is gpu/sim's. nil
@@ -81,6 +86,9 @@ type Collector struct {
 	failures int
 	reopenAt time.Time
 	openErr  error
+	// restarts counts consecutive opens that found only a new process
+	// can read the GPUs (ErrRestartNeeded).
+	restarts int
 	// denied are the fields the driver refused gpuscope's user, logged once.
 	denied fieldSet
 
@@ -95,6 +103,10 @@ type Collector struct {
 	timeouts float64
 	lastDur  float64
 	lastOK   time.Time
+	// renderErrs counts series left out of the exposition (render);
+	// renderLogged is whether the first one was logged.
+	renderErrs   float64
+	renderLogged bool
 }
 
 type errKey struct{ gpu, field string }
@@ -216,6 +228,11 @@ func (c *Collector) Run(ctx context.Context) error {
 			inflight = false
 			deadline.Stop()
 			c.publish(res)
+			if res.fatal != nil {
+				// The backend is not open: there is nothing to close.
+				c.logger.Error("GPU collector stopping gpuscope so that it is started again", "err", res.fatal)
+				return fmt.Errorf("gpu collector: %w", res.fatal)
+			}
 		case <-deadline.C:
 			c.mu.Lock()
 			c.timeouts++
@@ -260,7 +277,9 @@ func (c *Collector) stop(inflight bool, results <-chan cycleResult) error {
 type cycleResult struct {
 	s       *Sample
 	openErr error
-	dur     time.Duration
+	// fatal ends Run: only a new process can read the GPUs again.
+	fatal error
+	dur   time.Duration
 }
 
 // maxBackoff bounds the wait between two attempts to open the backend.
@@ -293,9 +312,18 @@ func (c *Collector) runCycle(ctx context.Context) cycleResult {
 		if err := c.backend.Open(ctx); err != nil {
 			c.openErr = err
 			c.fail(now)
-			return cycleResult{openErr: err, dur: time.Since(start)}
+			res := cycleResult{openErr: err, dur: time.Since(start)}
+			if errors.Is(err, ErrRestartNeeded) {
+				c.restarts++
+			} else {
+				c.restarts = 0
+			}
+			if c.restarts >= restartVotes {
+				res.fatal = err
+			}
+			return res
 		}
-		c.opened, c.openErr = true, nil
+		c.opened, c.openErr, c.restarts = true, nil, 0
 	}
 	// The cycle of the container attribution brackets the backend's:
 	// pids and names are cached for as long as GPUs list them.

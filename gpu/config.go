@@ -55,15 +55,19 @@ type Families struct {
 	// Processes: gpuscope_gpu_container_* (per-container GPU memory and SM
 	// utilisation from the GPU's compute processes). Default on.
 	Processes bool `yaml:"processes"`
-	// ECC: DCGM_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL. Default off.
+	// ECC: DCGM_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL. Default on: the
+	// hardware alerts read them (GPUUncorrectableECCError).
 	ECC bool `yaml:"ecc"`
-	// RetiredPages: DCGM_FI_DEV_RETIRED_{SBE,DBE,PENDING}. Default off.
+	// RetiredPages: DCGM_FI_DEV_RETIRED_{SBE,DBE,PENDING}. Default on
+	// (GPURetiredPagesPending).
 	RetiredPages bool `yaml:"retired_pages"`
 	// Violations: DCGM_FI_DEV_*_VIOLATION throttling time in ns. Default off.
 	Violations bool `yaml:"violations"`
-	// ClockEvents: gpuscope_gpu_clock_event_active{reason}. Default off.
+	// ClockEvents: gpuscope_gpu_clock_event_active{reason}. Default on
+	// (GPUPowerBrake, GPUHardwareSlowdown, GPUThermalSlowdown).
 	ClockEvents bool `yaml:"clock_events"`
-	// NVLinkErrors: DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL. Default off.
+	// NVLinkErrors: DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL. Default on
+	// (GPUNVLinkErrors).
 	NVLinkErrors bool `yaml:"nvlink_errors"`
 }
 
@@ -72,7 +76,11 @@ func DefaultConfig() Config {
 	return Config{
 		Backend:       BackendAuto,
 		HostnameLabel: HostnameLabelDCGM,
-		Families:      Families{Profiling: true, Processes: true},
+		// The families the built-in alerts read are on: ECC, retired
+		// pages and NVLink errors come in the one batched field-value
+		// request, clock events in one call; GPUs without them omit the
+		// series.
+		Families: Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, ClockEvents: true, NVLinkErrors: true},
 	}
 }
 
@@ -89,8 +97,9 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("gpu.timeout: must not be negative, got %s", c.Timeout)
 	}
-	if c.Interval > 0 && c.Interval < model.Duration(100*time.Millisecond) {
-		return fmt.Errorf("gpu.interval: %s is below the minimum of 100ms", c.Interval)
+	// GPM computes its metrics from two samples more than 100 ms apart.
+	if c.Interval > 0 && c.Interval <= model.Duration(100*time.Millisecond) {
+		return fmt.Errorf("gpu.interval: %s is not above the minimum of 100ms", c.Interval)
 	}
 	switch c.HostnameLabel {
 	case HostnameLabelDCGM, HostnameLabelLower, HostnameLabelNone:

@@ -31,7 +31,8 @@ interval: 5s
 timeout: 2s
 hostname_label: hostname
 families:
-  ecc: true
+  ecc: false
+  violations: true
   profiling: false
 `)
 	require.NoError(t, err)
@@ -40,7 +41,7 @@ families:
 	require.Equal(t, model.Duration(5*time.Second), cfg.Interval)
 	require.Equal(t, model.Duration(2*time.Second), cfg.Timeout)
 	require.Equal(t, HostnameLabelLower, cfg.HostnameLabel)
-	require.Equal(t, Families{ECC: true, Processes: true}, cfg.Families, "unset keys keep their defaults")
+	require.Equal(t, Families{Processes: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}, cfg.Families, "unset keys keep their defaults")
 
 	_, err = decode(t, "backend: nvml\nintervall: 5s\n")
 	require.ErrorContains(t, err, "intervall")
@@ -64,7 +65,10 @@ func TestConfigValidate(t *testing.T) {
 		{"default", func(*Config) {}, ""},
 		{"backend", func(c *Config) { c.Backend = "foo" }, `gpu.backend: unknown backend "foo" (want auto, nvml, sim or none)`},
 		{"interval", func(c *Config) { c.Interval = model.Duration(-time.Second) }, "gpu.interval: must not be negative"},
-		{"tiny interval", func(c *Config) { c.Interval = model.Duration(time.Millisecond) }, "gpu.interval: 1ms is below the minimum of 100ms"},
+		{"tiny interval", func(c *Config) { c.Interval = model.Duration(time.Millisecond) }, "gpu.interval: 1ms is not above the minimum of 100ms"},
+		// Finding 24: GPM needs its samples more than 100 ms apart.
+		{"interval at the minimum", func(c *Config) { c.Interval = model.Duration(100 * time.Millisecond) }, "gpu.interval: 100ms is not above the minimum of 100ms"},
+		{"interval above the minimum", func(c *Config) { c.Interval = model.Duration(101 * time.Millisecond) }, ""},
 		{"timeout", func(c *Config) { c.Timeout = model.Duration(-time.Second) }, "gpu.timeout: must not be negative"},
 		{"hostname label", func(c *Config) { c.HostnameLabel = "host" }, `gpu.hostname_label: unknown value "host" (want Hostname, hostname or none)`},
 	} {

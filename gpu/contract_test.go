@@ -81,6 +81,18 @@ var contractExtras = map[string]string{
 		"only from a custom CSV; HELP is DCGM's field description.",
 	"DCGM_FI_PROF_NVLINK_RX_BYTES": "DCGM field 1012, profiling family from GPM; dcgm-exporter publishes it " +
 		"only from a custom CSV; HELP is DCGM's field description.",
+	// The health fields the built-in hardware alerts read (issue 25 §2).
+	// dcgm-exporter resolves a custom CSV row by these names (its ≤4.8
+	// names; DCGM 4.6 keeps them as aliases of the new ones), so a user
+	// who adds them to dcgm-exporter gets the same series.
+	"DCGM_FI_DEV_FAN_SPEED": "DCGM field 191, percent 0-100 from nvmlDeviceGetFanSpeed (fan 0) as DCGM reads it; " +
+		"HELP is DCGM's field description.",
+	"DCGM_FI_DEV_ENFORCED_POWER_LIMIT": "DCGM field 164, whole watts from nvmlDeviceGetEnforcedPowerLimit (mW / 1000, " +
+		"truncated as DCGM does); HELP is DCGM's field description with the unit.",
+	"DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": "DCGM field 1523 (DCGM_FI_DEV_GPU_RECOVERY_ACTION since DCGM 4.6, this name " +
+		"kept as its alias), NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R550 and later); HELP is DCGM's field description.",
+	"DCGM_FI_DEV_ROW_REMAP_PENDING": "DCGM field 396, the pending flag of nvmlDeviceGetRemappedRows, which " +
+		"ROW_REMAP_FAILURE is read with; HELP is DCGM's field description.",
 }
 
 // contractDrift lists, per older release, the fields whose row differs

@@ -20,16 +20,32 @@
 //     gpuscope_gpu_field_supported says so.
 //   - NVML is read on the collector's own ticker; Collect serves the last
 //     complete sample and never calls the driver, so a hung driver cannot
-//     hang a scrape. GPUs are read side by side: a GPU whose NVML call
-//     hangs is counted (errors_total field="timeout"), served from its last
-//     sample for two intervals, then without its series;
+//     hang a scrape. GPUs are read side by side, identification and XID
+//     registration included: a GPU whose NVML call hangs is counted
+//     (errors_total field="timeout"), served from its last sample for two
+//     intervals, then without its series;
 //     gpuscope_gpu_last_sample_timestamp_seconds says when each GPU last
-//     answered (GPUMetricsStale).
+//     answered (GPUMetricsStale). When the GPU count changes, each GPU
+//     checks that its index still names it (UUID).
+//   - A series that cannot be built (a label value that is not valid
+//     UTF-8) costs itself only: it is counted in
+//     gpuscope_gpu_collector_render_errors_total and logged once. Label
+//     values from cgroup paths, container names and the driver are made
+//     valid first (workload.LabelValue), as cAdvisor's are.
+//   - XIDs come from NVML's events (the event set is rebuilt without lost
+//     GPUs when its wait keeps failing) and, where gpuscope may read
+//     /dev/kmsg, from the driver's lines in the kernel log (kmsg.go), one
+//     XID counted once.
 //   - Drivers from R450 on: NVML functions newer than that (memory v2 R510,
 //     GPM R520, clock event reasons R535, ...) are looked up in the loaded
 //     library first and never called where missing; their fields are then
 //     unsupported. A driver that goes away (unloaded, upgraded) makes the
-//     collector down and NVML is initialised again with backoff.
+//     collector down and NVML is initialised again with backoff; after an
+//     in-place upgrade that only a new process can read, Run ends with
+//     ErrRestartNeeded (upgrade.go).
+//   - A GPU without a framebuffer of its own (GB10, integrated GPUs) has
+//     the system memory in DCGM_FI_DEV_FB_*, marked by
+//     gpuscope_gpu_memory_unified.
 //   - What the driver denies a non-root user (NO_PERMISSION: profiling with
 //     NVreg_RestrictProfilingToAdminUsers=1, other users' processes) is
 //     unsupported and logged once.
@@ -52,7 +68,10 @@
 //	  > on(id) 0.8 * container_spec_cpu_quota / container_spec_cpu_period
 //
 // Units: memory in bytes (the base unit), SM utilisation in percent
-// (0-100) so that it shares a panel axis with DCGM_FI_DEV_GPU_UTIL.
+// (0-100) so that it shares a panel axis with DCGM_FI_DEV_GPU_UTIL,
+// averaged over the sampling interval: NVML samples a process only in the
+// driver's periods in which it used the GPU, so each sample counts for one
+// period and the others as idle (process.go).
 //
 // Orphans: memory the driver lists for a pid that is gone (no /proc/<pid>,
 // or state Z in its stat: a zombie its parent has not reaped) is in no

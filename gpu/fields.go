@@ -78,6 +78,14 @@ const (
 	FieldContainerMemory
 	FieldContainerSM
 
+	// Health fields under DCGM's names that dcgm-exporter's CSVs do not
+	// list (contract_test.go, contractExtras), default on: what the
+	// built-in hardware alerts (rules/pack/health.yml) read.
+	FieldFanSpeed
+	FieldEnforcedPowerLimit
+	FieldRecoveryAction
+	FieldRowRemapPending
+
 	numFields
 )
 
@@ -180,8 +188,15 @@ var fields = [numFields]fieldSpec{
 	FieldPCIeTxRate:       {"gpuscope_gpu_pcie_tx_bytes_per_second", "PCIe bytes per second sent by the GPU (GPM average over the sampling interval where the GPU has GPM, else NVML's 20 ms PCIe throughput sample).", prometheus.GaugeValue, famDefault, kindOwn},
 	FieldPCIeRxRate:       {"gpuscope_gpu_pcie_rx_bytes_per_second", "PCIe bytes per second received by the GPU (GPM average over the sampling interval where the GPU has GPM, else NVML's 20 ms PCIe throughput sample).", prometheus.GaugeValue, famDefault, kindOwn},
 	FieldClockEvents:      {"gpuscope_gpu_clock_event_active", "1 while the reason holds the GPU clocks down (NVML clock event reasons).", prometheus.GaugeValue, famClockEvents, kindSpecial},
-	FieldContainerMemory:  {"gpuscope_gpu_container_memory_used_bytes", "GPU memory used by the compute processes of a container (cgroup id as cAdvisor names it).", prometheus.GaugeValue, famProcesses, kindSpecial},
-	FieldContainerSM:      {"gpuscope_gpu_container_sm_utilization_percent", "SM utilization of a container's compute processes on the GPU over the sampling interval (0-100, the scale of DCGM_FI_DEV_GPU_UTIL).", prometheus.GaugeValue, famProcesses, kindSpecial},
+	FieldContainerMemory:  {"gpuscope_gpu_container_memory_used_bytes", "GPU memory used by the processes of a container that the driver lists on the GPU: compute processes, MPS clients and graphics contexts (cgroup id as cAdvisor names it).", prometheus.GaugeValue, famProcesses, kindSpecial},
+	FieldContainerSM:      {"gpuscope_gpu_container_sm_utilization_percent", "SM utilization of a container's processes on the GPU averaged over the sampling interval (0-100, the scale of DCGM_FI_DEV_GPU_UTIL): each of NVML's per-process samples counts for the driver's sample period, periods without one as idle; where the driver's timestamps show no period yet, the mean of the samples.", prometheus.GaugeValue, famProcesses, kindSpecial},
+
+	// DCGM's field descriptions (dcgm_fields.h), the unit added where the
+	// description has none, as dcgm-exporter's CSV rows do.
+	FieldFanSpeed:           {"DCGM_FI_DEV_FAN_SPEED", "Fan speed for the device in percent 0-100", prometheus.GaugeValue, famDefault, kindDCGM},
+	FieldEnforcedPowerLimit: {"DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "Effective power limit that the driver enforces after taking into account all limiters (in W).", prometheus.GaugeValue, famDefault, kindDCGM},
+	FieldRecoveryAction:     {"DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "GPU Recovery Action (see nvmlDeviceGpuRecoveryAction_t for return values)", prometheus.GaugeValue, famDefault, kindDCGM},
+	FieldRowRemapPending:    {"DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending", prometheus.GaugeValue, famDefault, kindDCGM},
 }
 
 // String is the name of the metric f feeds, as in the field label of
@@ -195,6 +210,9 @@ func (f Field) String() string {
 
 // fieldSet is a bitmask over Field.
 type fieldSet uint64
+
+// Every Field must fit in a fieldSet: this fails to compile past 64.
+var _ [64 - int(numFields)]struct{}
 
 func (s fieldSet) has(f Field) bool { return s&(1<<f) != 0 }
 func (s *fieldSet) add(f Field)     { *s |= 1 << f }

@@ -157,7 +157,7 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 		m.containerMemory = prometheus.NewDesc(fields[FieldContainerMemory].name, fields[FieldContainerMemory].help, withMIG(container), nil)
 		m.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, withMIG(container), nil)
 		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
-			"Compute processes of a container on the GPU.", withMIG(container), nil)
+			containerProcsHelp, withMIG(container), nil)
 		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
 		m.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withMIG(dcgm), nil)
 	}
@@ -167,22 +167,21 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 	return m
 }
 
-// renderInstances appends the series of g's GPU instances, if any.
-func (d *descs) renderInstances(out []prometheus.Metric, g *GPUSample) []prometheus.Metric {
+// renderInstances renders the series of g's GPU instances, if any.
+func (d *descs) renderInstances(r *renderer, g *GPUSample) {
 	m := d.mig
 	for i := range g.instances {
 		is := &g.instances[i]
 		info := is.inst
 		for f := Field(0); f < numFields; f++ {
 			if desc := m.field[f]; desc != nil && is.set.has(f) {
-				out = append(out, prometheus.MustNewConstMetric(desc, fields[f].typ, is.values[f], info.dcgmLabels...))
+				r.add(desc, fields[f].typ, is.values[f], info.dcgmLabels...)
 			}
 		}
 		if m.containerMemory != nil {
-			out = appendContainers(out, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
-			out = appendOrphans(out, m.orphanMemory, m.orphanProcs, &is.GPUSample, info.dcgmLabels)
+			renderContainers(r, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
+			renderOrphans(r, m.orphanMemory, m.orphanProcs, &is.GPUSample, info.dcgmLabels)
 		}
-		out = appendSupported(out, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
+		renderSupported(r, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 	}
-	return out
 }

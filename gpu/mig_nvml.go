@@ -50,8 +50,11 @@ type migState struct {
 
 	insts    map[int]*nvmlInstance // by GPU instance id
 	profiles []nvml.GpuInstanceProfileInfo
-	procs    []nvml.ProcessInfo // scratch
-	pids     map[uint32]struct{}
+	// profilesRead: the profiles were listed (those NVML gave are in
+	// profiles).
+	profilesRead bool
+	procs        []nvml.ProcessInfo // scratch
+	pids         map[uint32]struct{}
 }
 
 // nvmlInstance is one GPU instance and the state its reads carry between
@@ -255,8 +258,11 @@ func (b *nvmlBackend) readInstance(r *reader, g *nvmlGPU, in *nvmlInstance) Inst
 
 // instanceProfile names the profile of a GPU instance as DCGM does: from
 // the GPU instance's profile (DCGM's way; NVML gives it to root only),
-// else from the MIG device's attributes, which hold the same slice count
-// and memory size and need no privilege.
+// else from the MIG device's attributes, which need no privilege. The
+// attributes' memory size can differ from the profile's (DCGM names the
+// instance by the profile's memorySizeMB), so where the GPU's profiles can
+// be listed, the profile with the attributes' slice count and the nearest
+// memory size names it; only where they cannot do the attributes.
 func (b *nvmlBackend) instanceProfile(g *nvmlGPU, in *nvmlInstance) (string, nvml.Return) {
 	m := g.mig
 	if !m.giDenied {
@@ -275,7 +281,45 @@ func (b *nvmlBackend) instanceProfile(g *nvmlGPU, in *nvmlInstance) (string, nvm
 	if attrs.GpuInstanceSliceCount == 0 {
 		return "", nvml.ERROR_NOT_SUPPORTED
 	}
+	if p, ok := m.profileLike(g.dev, attrs); ok {
+		return dcgmProfileName(p.SliceCount, p.MemorySizeMB), nvml.SUCCESS
+	}
 	return dcgmProfileName(attrs.GpuInstanceSliceCount, attrs.MemorySizeMB), nvml.SUCCESS
+}
+
+// profileLike is the GPU's instance profile with the slice count of a MIG
+// device's attributes and the memory size nearest theirs.
+func (m *migState) profileLike(dev nvml.Device, attrs nvml.DeviceAttributes) (nvml.GpuInstanceProfileInfo, bool) {
+	m.loadProfiles(dev)
+	var best nvml.GpuInstanceProfileInfo
+	found := false
+	dist := func(p nvml.GpuInstanceProfileInfo) uint64 {
+		if p.MemorySizeMB > attrs.MemorySizeMB {
+			return p.MemorySizeMB - attrs.MemorySizeMB
+		}
+		return attrs.MemorySizeMB - p.MemorySizeMB
+	}
+	for _, p := range m.profiles {
+		if p.SliceCount == attrs.GpuInstanceSliceCount && (!found || dist(p) < dist(best)) {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+// loadProfiles lists the instance profiles the GPU offers, once: they do
+// not change, and NVML answers NOT_SUPPORTED for the indices this GPU
+// skips.
+func (m *migState) loadProfiles(dev nvml.Device) {
+	if m.profilesRead {
+		return
+	}
+	m.profilesRead = true
+	for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		if p, ret := dev.GetGpuInstanceProfileInfo(i); ret == nvml.SUCCESS {
+			m.profiles = append(m.profiles, p)
+		}
+	}
 }
 
 func (m *migState) profileOfInstance(dev nvml.Device, id int) (string, nvml.Return) {
@@ -287,15 +331,7 @@ func (m *migState) profileOfInstance(dev nvml.Device, id int) (string, nvml.Retu
 	if ret != nvml.SUCCESS {
 		return "", ret
 	}
-	if len(m.profiles) == 0 {
-		// The profiles a GPU offers do not change; NVML answers
-		// NOT_SUPPORTED for the indices this GPU skips.
-		for i := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-			if p, ret := dev.GetGpuInstanceProfileInfo(i); ret == nvml.SUCCESS {
-				m.profiles = append(m.profiles, p)
-			}
-		}
-	}
+	m.loadProfiles(dev)
 	for _, p := range m.profiles {
 		if p.Id == info.ProfileId {
 			return dcgmProfileName(p.SliceCount, p.MemorySizeMB), nvml.SUCCESS
@@ -309,6 +345,14 @@ func (m *migState) profileOfInstance(dev nvml.Device, id int) (string, nvml.Retu
 // so the instance's container series have memory and process counts only.
 func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInstance) {
 	if !b.fields.has(FieldContainerMemory) {
+		return
+	}
+	if b.foreignPIDNS {
+		// As for a whole GPU (readProcesses): outside the host's pid
+		// namespace NVML lists only the processes gpuscope's namespace
+		// sees, by its pids, so the series would be partial and wrong.
+		r.s.unsupported.add(FieldContainerMemory)
+		r.s.unsupported.add(FieldContainerSM)
 		return
 	}
 	m.procs = m.procs[:0]
@@ -338,7 +382,7 @@ func (b *nvmlBackend) readInstanceProcesses(r *reader, m *migState, in *nvmlInst
 	}
 	r.s.set.add(FieldContainerMemory)
 	r.s.unsupported.add(FieldContainerSM)
-	cs, orphans, unresolved := b.grouper.group(m.procs, nil)
+	cs, orphans, unresolved := b.grouper.group(m.procs, nil, smWindow{})
 	if unresolved > 0 && len(cs) == 0 {
 		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d processes of GPU instance %d (is gpuscope outside the host pid namespace?)", unresolved, in.id)})

@@ -327,12 +327,20 @@ func TestMIGProfileName(t *testing.T) {
 		name       string
 		giByID     nvml.Return // GetGpuInstanceById: root only
 		attributes nvml.Return
-		want       string
-		errors     float64
+		// profiles is GetGpuInstanceProfileInfo's answer to the non-root
+		// path; attrsMiB the MIG device's memory size less the profile's.
+		profiles nvml.Return
+		attrsMiB uint64
+		want     string
+		errors   float64
 	}{
-		{"root: the GPU instance's profile, as DCGM", nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED, "3g.40gb", 0},
-		{"not root: the MIG device's attributes", nvml.ERROR_NO_PERMISSION, nvml.SUCCESS, "3g.40gb", 0},
-		{"neither: no profile, an error per instance and cycle", nvml.ERROR_NO_PERMISSION, nvml.ERROR_UNKNOWN, "", 6},
+		{"root: the GPU instance's profile, as DCGM", nvml.SUCCESS, nvml.ERROR_NOT_SUPPORTED, nvml.SUCCESS, 0, "3g.40gb", 0},
+		{"not root: the MIG device's attributes", nvml.ERROR_NO_PERMISSION, nvml.SUCCESS, nvml.SUCCESS, 0, "3g.40gb", 0},
+		// R12 of the second review: DCGM names the instance by its
+		// profile's memory size, which the attributes' can undercut.
+		{"not root, attributes smaller than the profile: the profile's size", nvml.ERROR_NO_PERMISSION, nvml.SUCCESS, nvml.SUCCESS, 1100, "3g.40gb", 0},
+		{"not root, profiles not listed either: the attributes' size", nvml.ERROR_NO_PERMISSION, nvml.SUCCESS, nvml.ERROR_NO_PERMISSION, 1100, "3g.39gb", 0},
+		{"neither: no profile, an error per instance and cycle", nvml.ERROR_NO_PERMISSION, nvml.ERROR_UNKNOWN, nvml.SUCCESS, 0, "", 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mm := newMIGMachine(t, 1)
@@ -343,13 +351,25 @@ func TestMIGProfileName(t *testing.T) {
 				}
 				return byID(id)
 			}
+			profileInfo := mm.parent.GetGpuInstanceProfileInfoFunc
+			mm.parent.GetGpuInstanceProfileInfoFunc = func(p int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+				if tc.profiles != nvml.SUCCESS {
+					return nvml.GpuInstanceProfileInfo{}, tc.profiles
+				}
+				if profileInfo != nil {
+					return profileInfo(p)
+				}
+				return mm.parent.Device.GetGpuInstanceProfileInfo(p)
+			}
 			for _, md := range mm.migDevs {
 				attrs := md.GetAttributesFunc
 				md.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
 					if tc.attributes != nvml.SUCCESS {
 						return nvml.DeviceAttributes{}, tc.attributes
 					}
-					return attrs()
+					a, ret := attrs()
+					a.MemorySizeMB -= tc.attrsMiB
+					return a, ret
 				}
 			}
 			_, reg, _ := migCollector(t, mm, nil)
@@ -359,6 +379,96 @@ func TestMIGProfileName(t *testing.T) {
 			if tc.giByID == nvml.ERROR_NO_PERMISSION {
 				require.Len(t, mm.parent.GetGpuInstanceByIdCalls(), 1, "asked once, then known to need root")
 			}
+		})
+	}
+}
+
+// TestMIGForeignPIDNamespace is R6 of the second review: outside the host's
+// pid namespace the per-container series are off on a GPU in MIG mode
+// too, not partial (NVML lists only the processes gpuscope's namespace
+// sees, by its pids).
+func TestMIGForeignPIDNamespace(t *testing.T) {
+	mm := newMIGMachine(t, 1)
+	mm.setProcs(0, nvml.ProcessInfo{Pid: 100, UsedGpuMemory: 20000 << 20})
+	proc := mm.procRoot(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "self", "ns"), 0o755))
+	require.NoError(t, os.Symlink("pid:[4026532412]", filepath.Join(proc, "self", "ns", "pid")))
+	_, reg, _ := migCollector(t, mm, nil)
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_container_memory_used_bytes"))
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_container_processes"))
+	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"GPU_I_ID": "1", "field": "gpuscope_gpu_container_memory_used_bytes"}))
+	for _, md := range mm.migDevs {
+		require.Empty(t, md.GetComputeRunningProcessesCalls(), "the process lists are not read")
+	}
+	require.Equal(t, 30000.0, mustLookup(t, reg, "DCGM_FI_DEV_FB_USED", map[string]string{"GPU_I_ID": "1"}), "the rest is read")
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+}
+
+// TestMIGParentGPM is R7 of the second review: a GPU in MIG mode is asked
+// for its links' GPM metrics only (the engine activity is per instance),
+// and INVALID_ARGUMENT there is read as unsupported, not an error per field
+// and cycle.
+func TestMIGParentGPM(t *testing.T) {
+	t.Run("links only", func(t *testing.T) {
+		mm := newMIGMachine(t, 1)
+		var mu sync.Mutex
+		var asked []nvml.GpmMetricId
+		get := mm.srv.GpmMetricsGetFunc
+		mm.srv.GpmMetricsGetFunc = func(req *nvml.GpmMetricsGetType) nvml.Return {
+			mm.mu.Lock()
+			_, instance := mm.gpmSamples[req.Sample2]
+			mm.mu.Unlock()
+			if !instance {
+				mu.Lock()
+				for i := range req.NumMetrics {
+					asked = append(asked, nvml.GpmMetricId(req.Metrics[i].MetricId))
+				}
+				mu.Unlock()
+			}
+			return get(req)
+		}
+		_, reg, _ := migCollector(t, mm, nil)
+		mu.Lock()
+		require.ElementsMatch(t, []nvml.GpmMetricId{nvml.GPM_METRIC_PCIE_TX_PER_SEC, nvml.GPM_METRIC_PCIE_RX_PER_SEC,
+			nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC}, asked)
+		mu.Unlock()
+		require.Equal(t, float64(100<<20), mustLookup(t, reg, "DCGM_FI_PROF_PCIE_TX_BYTES", wholeGPU("0")))
+		require.Equal(t, float64(2000<<20), mustLookup(t, reg, "DCGM_FI_PROF_NVLINK_RX_BYTES", wholeGPU("0")))
+		require.InDelta(t, 0.1, mustLookup(t, reg, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", instance("1", "3g.40gb")), 1e-9)
+	})
+	for _, tc := range []struct {
+		name     string
+		breakGPM func(mm *migMachine)
+	}{
+		{"the sample answers INVALID_ARGUMENT", func(mm *migMachine) {
+			mm.parent.GpmSampleGetFunc = func(nvml.GpmSample) nvml.Return { return nvml.ERROR_INVALID_ARGUMENT }
+		}},
+		{"each metric answers INVALID_ARGUMENT", func(mm *migMachine) {
+			get := mm.srv.GpmMetricsGetFunc
+			mm.srv.GpmMetricsGetFunc = func(req *nvml.GpmMetricsGetType) nvml.Return {
+				mm.mu.Lock()
+				_, instance := mm.gpmSamples[req.Sample2]
+				mm.mu.Unlock()
+				if instance {
+					return get(req)
+				}
+				for i := range req.NumMetrics {
+					req.Metrics[i].NvmlReturn = uint32(nvml.ERROR_INVALID_ARGUMENT)
+				}
+				return nvml.SUCCESS
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mm := newMIGMachine(t, 1)
+			tc.breakGPM(mm)
+			_, reg, _ := migCollector(t, mm, nil)
+			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+			require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "GPU_I_ID": "", "field": "DCGM_FI_PROF_PCIE_TX_BYTES"}))
+			require.Empty(t, gather(t, reg, "DCGM_FI_PROF_PCIE_TX_BYTES"))
+			require.InDelta(t, 0.5, mustLookup(t, reg, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", instance("5", "2g.20gb")), 1e-9, "the instances are read")
+			// Without GPM's PCIe, NVML's throughput call stands in.
+			require.Equal(t, 1000.0*1024, mustLookup(t, reg, "gpuscope_gpu_pcie_tx_bytes_per_second", map[string]string{"gpu": "0"}))
 		})
 	}
 }

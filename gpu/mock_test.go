@@ -158,7 +158,15 @@ func (m *mockMachine) fillTelemetry(i int, d *server.Device) {
 			Free:     uint64(80004-i)*mib + 9, // truncates to 80004-i
 		}, nvml.SUCCESS
 	}
-	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 2, 1, false, false, nvml.SUCCESS }
+	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 2, 1, i == 1, false, nvml.SUCCESS }
+	d.GetFanSpeedFunc = func() (uint32, nvml.Return) {
+		if i == 0 {
+			return 0, nvml.ERROR_NOT_SUPPORTED // an SXM module, cooled by the chassis
+		}
+		return uint32(30 + i), nvml.SUCCESS
+	}
+	// mW: GPU 1's limit truncates to whole watts, as DCGM's does.
+	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return uint32(700000 - 400001*i), nvml.SUCCESS }
 	d.GetGridLicensableFeaturesFunc = func() (nvml.GridLicensableFeatures, nvml.Return) {
 		return nvml.GridLicensableFeatures{}, nvml.SUCCESS
 	}
@@ -183,6 +191,8 @@ func (m *mockMachine) fillTelemetry(i int, d *server.Device) {
 				putFieldValue(fv, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, 1500000000)
 			case nvml.FI_DEV_ECC_SBE_VOL_TOTAL:
 				putFieldValue(fv, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, 3)
+			case nvml.FI_DEV_GET_GPU_RECOVERY_ACTION:
+				putFieldValue(fv, nvml.VALUE_TYPE_UNSIGNED_INT, uint64(i)) // GPU 1 asks for a reset
 			default:
 				putFieldValue(fv, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG, 0)
 			}
@@ -322,7 +332,9 @@ func newRegistry(t testing.TB, c *Collector) *prometheus.Registry {
 func mockOptions(m *mockMachine, clock *fakeClock) Options {
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
-	return Options{Config: cfg, NVML: m.srv, Now: clock.Now, Interval: 10 * time.Second}
+	// The host's kernel log is not the mock's: tests that read one give
+	// their own (KernelLog).
+	return Options{Config: cfg, NVML: m.srv, Now: clock.Now, Interval: 10 * time.Second, KernelLog: "-"}
 }
 
 // series is one gathered sample.

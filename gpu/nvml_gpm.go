@@ -33,6 +33,22 @@ type gpmMetric struct {
 
 var gpmFields = gpmFieldsOf(gpmMetrics)
 
+// parentGPM are the GPM metrics a GPU in MIG mode is asked for itself: the
+// physical links' traffic (PCIe, NVLink). The engine activity is read per
+// GPU instance (instanceGPM); asking the parent for it too could cost an
+// error per field and cycle, and the links' values with them.
+var parentGPM = func() []gpmMetric {
+	var ms []gpmMetric
+	for _, m := range gpmMetrics {
+		if !instanceFields.has(m.field) {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}()
+
+var parentGPMFields = gpmFieldsOf(parentGPM)
+
 // gpmFieldsOf lists the DCGM fields that metrics fill, in their order.
 func gpmFieldsOf(metrics []gpmMetric) []Field {
 	fs := make([]Field, len(metrics))
@@ -90,6 +106,15 @@ func (b *nvmlBackend) readGPM(r *reader, g *nvmlGPU) {
 		for _, f := range gpmFields {
 			r.s.unsupported.add(f)
 		}
+		return
+	}
+	if g.mig.enabled() {
+		// NVML's answer to a GPM call on a GPU in MIG mode is not pinned
+		// by its documentation; INVALID_ARGUMENT there means the GPU
+		// cannot give the field, like NOT_SUPPORTED.
+		r.invalidUnsupported = true
+		b.readGPMSample(r, st, g.dev.GpmSampleGet, parentGPM, parentGPMFields)
+		r.invalidUnsupported = false
 		return
 	}
 	b.readGPMSample(r, st, g.dev.GpmSampleGet, gpmMetrics, gpmFields)

@@ -1,9 +1,15 @@
 package gpu
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -19,6 +25,9 @@ type reader struct {
 	// more of the same error.
 	lost bool
 	gone nvml.Return
+	// invalidUnsupported reads INVALID_ARGUMENT as NOT_SUPPORTED (GPM on
+	// a GPU in MIG mode).
+	invalidUnsupported bool
 }
 
 // driverGone reports whether ret means NVML itself no longer works: the
@@ -36,6 +45,9 @@ func driverGone(ret nvml.Return) bool {
 // calls mark the fields unsupported (their series are omitted, as DCGM
 // does); any other failure is counted once per field.
 func (r *reader) ok(ret nvml.Return, fs ...Field) bool {
+	if ret == nvml.ERROR_INVALID_ARGUMENT && r.invalidUnsupported {
+		ret = nvml.ERROR_NOT_SUPPORTED
+	}
 	switch ret {
 	case nvml.SUCCESS:
 		return true
@@ -83,9 +95,9 @@ func mib(b uint64) float64 { return float64(b / bytesPerMiB) }
 
 // readGPU reads one GPU into s, phase by phase in a fixed order; a GPU
 // found lost (or a driver found gone) is read no further. answered says
-// whether the device answered at all; gone is the error of a driver that
-// went away (see driverGone).
-func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now time.Time) (answered bool, gone nvml.Return) {
+// whether the device answered at all, lost whether it is off the bus;
+// gone is the error of a driver that went away (see driverGone).
+func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now time.Time) (answered, lost bool, gone nvml.Return) {
 	r := reader{s: s, errs: errs, gpu: g.label}
 	defer func() {
 		// A misbehaving driver binding must cost one GPU's sample, not the process.
@@ -102,6 +114,7 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 		func() { b.readUtilization(&r, g) },
 		func() { b.readFramebuffer(&r, g) },
 		func() { b.readRemappedRows(&r, g) },
+		func() { b.readHealth(&r, g) },
 		func() { b.readVGPULicense(&r, g) },
 		func() { b.readFieldValues(&r, g, now) },
 		func() { b.readGPM(&r, g) },
@@ -119,11 +132,11 @@ func (b *nvmlBackend) readGPU(g *nvmlGPU, s *GPUSample, errs *[]fieldError, now 
 		// off the bus) is exactly what a lost GPU last reported.
 		*s = GPUSample{info: g.info}
 		b.readXID(&reader{s: s, errs: errs, gpu: g.label}, g)
-		return false, r.gone
+		return false, r.gone == nvml.SUCCESS, r.gone
 	}
 	// XIDs come from the event loop: they do not show the device answered.
 	const xid = fieldSet(1) << FieldXID
-	return s.set&^xid != 0 || s.unsupported&^xid != 0, nvml.SUCCESS
+	return s.set&^xid != 0 || s.unsupported&^xid != 0, false, nvml.SUCCESS
 }
 
 // steps runs the reads fs in order until the GPU is found lost: reading
@@ -157,10 +170,20 @@ func (b *nvmlBackend) readThermalAndPower(r *reader, g *nvmlGPU) {
 	r.steps(
 		func() {
 			v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU)
-			// DCGM treats readings above 200 °C as blank.
-			if r.ok(ret, FieldGPUTemp) && v <= 200 {
-				s.Set(FieldGPUTemp, float64(v))
+			if !r.ok(ret, FieldGPUTemp) {
+				return
 			}
+			// DCGM does not store a reading above 200 °C (a sensor
+			// glitch) and answers OK, so its last value stays the
+			// latest: gpuscope serves that one too, or none before any.
+			if v > 200 {
+				if g.tempValid {
+					s.Set(FieldGPUTemp, g.lastTemp)
+				}
+				return
+			}
+			g.lastTemp, g.tempValid = float64(v), true
+			s.Set(FieldGPUTemp, g.lastTemp)
 		},
 		func() {
 			v, ret := d.GetPowerUsage()
@@ -221,27 +244,147 @@ func (b *nvmlBackend) readUtilization(r *reader, g *nvmlGPU) {
 }
 
 // readFramebuffer reads the GPU's memory; in MIG mode it is read per GPU
-// instance instead (readMIG).
+// instance instead (readMIG). A GPU without a framebuffer of its own
+// (DGX Spark's GB10 and other integrated GPUs, which share the host's
+// memory) answers NOT_SUPPORTED: its DCGM_FI_DEV_FB_* are then the system
+// memory's, as nvtop, nvitop, GPUd and all-smi show it (total MemTotal,
+// free MemAvailable, used the difference), marked by
+// gpuscope_gpu_memory_unified 1, so that the memory bar,
+// GPUMemoryAlmostFull and the leak and exhaustion rules go on working.
+// Used counts the host's use as well as the GPU's: on such a machine
+// that is what leaves the GPU short.
 func (b *nvmlBackend) readFramebuffer(r *reader, g *nvmlGPU) {
-	if !g.mig.enabled() {
-		readMemory(r, g.dev, b.syms.memoryV2)
+	if g.mig.enabled() {
+		return
+	}
+	if !readMemory(r, g.dev, b.syms.memoryV2) {
+		return
+	}
+	total, avail, err := systemMemory(filepath.Join(b.procRoot, "meminfo"))
+	if err != nil {
+		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldFBUsed].name,
+			err: fmt.Errorf("the GPU has no framebuffer of its own (unified memory), and the system memory cannot be read: %w", err)})
+		return
+	}
+	r.s.unsupported &^= fieldSetOf(FieldFBFree, FieldFBUsed, FieldFBTotal)
+	r.s.Set(FieldFBTotal, mib(total))
+	r.s.Set(FieldFBFree, mib(avail))
+	r.s.Set(FieldFBUsed, mib(total-avail))
+	r.s.unifiedMemory = true
+	if !g.unifiedLogged {
+		g.unifiedLogged = true
+		b.logger.Info("The GPU has no framebuffer of its own (unified memory); DCGM_FI_DEV_FB_* are the system memory's (gpuscope_gpu_memory_unified 1)", "gpu", g.label)
 	}
 }
 
+// systemMemory reads MemTotal and MemAvailable, in bytes, from a
+// /proc/meminfo.
+func systemMemory(path string) (total, avail uint64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	var haveTotal, haveAvail bool
+	for line := range strings.Lines(string(b)) {
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok || (key != "MemTotal" && key != "MemAvailable") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("%s: unexpected %s line %q", path, key, strings.TrimSpace(line))
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %s: %w", path, key, err)
+		}
+		if key == "MemTotal" {
+			total, haveTotal = kb*1024, true
+		} else {
+			avail, haveAvail = kb*1024, true
+		}
+	}
+	if !haveTotal || !haveAvail || avail > total {
+		return 0, 0, fmt.Errorf("%s: no MemTotal and MemAvailable", path)
+	}
+	return total, avail, nil
+}
+
 // readRemappedRows reads the rows remapped for memory errors and whether
-// remapping failed.
+// a remapping failed or waits for a GPU reset.
 func (b *nvmlBackend) readRemappedRows(r *reader, g *nvmlGPU) {
+	fs := []Field{FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure, FieldRowRemapPending}
 	if !b.syms.remappedRows {
-		r.s.unsupported.add(FieldCorRemappedRows)
-		r.s.unsupported.add(FieldUncRemappedRows)
-		r.s.unsupported.add(FieldRowRemapFailure)
+		for _, f := range fs {
+			r.s.unsupported.add(f)
+		}
 		return
 	}
-	corr, unc, _, failed, ret := g.dev.GetRemappedRows()
-	if r.ok(ret, FieldCorRemappedRows, FieldUncRemappedRows, FieldRowRemapFailure) {
+	corr, unc, pending, failed, ret := g.dev.GetRemappedRows()
+	if r.ok(ret, fs...) {
 		r.s.Set(FieldCorRemappedRows, float64(corr))
 		r.s.Set(FieldUncRemappedRows, float64(unc))
 		r.s.Set(FieldRowRemapFailure, boolValue(failed))
+		r.s.Set(FieldRowRemapPending, boolValue(pending))
+	}
+}
+
+// readHealth reads the fan speed, the power limit the driver enforces and
+// the recovery action it asks for, as DCGM does: nvmlDeviceGetFanSpeed
+// (fan 0, percent), nvmlDeviceGetEnforcedPowerLimit (mW, whole watts as
+// DCGM's integer division leaves them) and the field value
+// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (drivers from R550). Passively
+// cooled GPUs answer NOT_SUPPORTED for the fan and lose only that series.
+// The recovery action is asked in a request of its own: a driver older
+// than the field answers for it alone (NOT_SUPPORTED, or INVALID_ARGUMENT
+// for an id it does not know), which is unsupported, not an error, and
+// leaves the batched request of readFieldValues untouched.
+func (b *nvmlBackend) readHealth(r *reader, g *nvmlGPU) {
+	d, s := g.dev, r.s
+	r.steps(
+		func() {
+			if !b.syms.fanSpeed {
+				s.unsupported.add(FieldFanSpeed)
+				return
+			}
+			if v, ret := d.GetFanSpeed(); r.ok(ret, FieldFanSpeed) {
+				s.Set(FieldFanSpeed, float64(v))
+			}
+		},
+		func() {
+			if !b.syms.enforcedPowerLimit {
+				s.unsupported.add(FieldEnforcedPowerLimit)
+				return
+			}
+			if v, ret := d.GetEnforcedPowerLimit(); r.ok(ret, FieldEnforcedPowerLimit) {
+				s.Set(FieldEnforcedPowerLimit, float64(v/1000))
+			}
+		},
+		func() { b.readRecoveryAction(r, g) },
+	)
+}
+
+// readRecoveryAction reads NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+// (nvml.DeviceGpuRecoveryAction: 0 none, 1 GPU reset, 2 node reboot, 3
+// drain P2P, 4 drain and reset, ...).
+func (b *nvmlBackend) readRecoveryAction(r *reader, g *nvmlGPU) {
+	if !b.syms.fieldValues {
+		r.s.unsupported.add(FieldRecoveryAction)
+		return
+	}
+	fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_GET_GPU_RECOVERY_ACTION}}
+	ret := g.dev.GetFieldValues(fv)
+	if ret == nvml.SUCCESS {
+		ret = nvml.Return(fv[0].NvmlReturn)
+	}
+	if ret == nvml.ERROR_INVALID_ARGUMENT {
+		ret = nvml.ERROR_NOT_SUPPORTED // a field id this driver does not know
+	}
+	if !r.ok(ret, FieldRecoveryAction) {
+		return
+	}
+	if v, ok := fieldValueFloat(&fv[0], false); ok {
+		r.s.Set(FieldRecoveryAction, v)
 	}
 }
 
@@ -253,7 +396,9 @@ func (b *nvmlBackend) readVGPULicense(r *reader, g *nvmlGPU) {
 	}
 	lf, ret := g.dev.GetGridLicensableFeatures()
 	if r.ok(ret, FieldVGPULicense) {
-		r.s.Set(FieldVGPULicense, vgpuLicensed(lf))
+		if v, ok := vgpuLicensed(lf); ok {
+			r.s.Set(FieldVGPULicense, v)
+		}
 	}
 }
 
@@ -301,7 +446,10 @@ func (b *nvmlBackend) readGPUProcesses(r *reader, g *nvmlGPU, now time.Time) {
 
 // readMemory uses the v2 memory info, which splits the reserved part out of
 // "used" as DCGM does with driver 510 and later; older drivers only have v1.
-func readMemory(r *reader, d nvml.Device, haveV2 bool) {
+// noFramebuffer reports that the driver says the device has no memory
+// figures at all (NOT_SUPPORTED from v1 too): the fields are then marked
+// unsupported.
+func readMemory(r *reader, d nvml.Device, haveV2 bool) (noFramebuffer bool) {
 	m, ret := nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
 	if haveV2 {
 		m, ret = d.GetMemoryInfo_v2()
@@ -314,7 +462,11 @@ func readMemory(r *reader, d nvml.Device, haveV2 bool) {
 			r.s.Set(FieldFBTotal, mib(m1.Total))
 			r.s.unsupported.add(FieldFBReserved)
 		}
-		return
+		if ret1 == nvml.ERROR_NOT_SUPPORTED {
+			r.s.unsupported.add(FieldFBReserved)
+			return true
+		}
+		return false
 	}
 	if r.ok(ret, FieldFBFree, FieldFBUsed, FieldFBReserved, FieldFBTotal) {
 		r.s.Set(FieldFBFree, mib(m.Free))
@@ -322,6 +474,7 @@ func readMemory(r *reader, d nvml.Device, haveV2 bool) {
 		r.s.Set(FieldFBReserved, mib(m.Reserved))
 		r.s.Set(FieldFBTotal, mib(m.Total))
 	}
+	return false
 }
 
 func boolValue(b bool) float64 {
@@ -332,18 +485,19 @@ func boolValue(b bool) float64 {
 }
 
 // vgpuLicensed follows DCGM: 0 without GRID licensing, else whether the
-// vGPU feature is licensed.
-func vgpuLicensed(lf nvml.GridLicensableFeatures) float64 {
+// vGPU feature is licensed; where licensing is supported but no vGPU
+// feature is listed, DCGM stores no value, and ok is false (blank).
+func vgpuLicensed(lf nvml.GridLicensableFeatures) (v float64, ok bool) {
 	if lf.IsGridLicenseSupported == 0 {
-		return 0
+		return 0, true
 	}
 	n := min(int(lf.LicensableFeaturesCount), len(lf.GridLicensableFeatures))
 	for _, f := range lf.GridLicensableFeatures[:n] {
 		if f.FeatureCode == uint32(nvml.GRID_LICENSE_FEATURE_CODE_VGPU) {
-			return boolValue(f.FeatureState > 0)
+			return boolValue(f.FeatureState > 0), true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // fieldValueSpec says what an entry of a GetFieldValues request feeds.
@@ -583,6 +737,10 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 		// processes that ended long ago included; start one interval back.
 		g.lastProcessSeen = uint64(max(now.Add(-b.interval).UnixMicro(), 0))
 	}
+	window := b.interval
+	if !g.utilReadAt.IsZero() {
+		window = now.Sub(g.utilReadAt)
+	}
 	var utils []nvml.ProcessUtilizationSample
 	ret = nvml.ERROR_FUNCTION_NOT_FOUND
 	if b.syms.processUtil {
@@ -593,20 +751,71 @@ func (b *nvmlBackend) readProcesses(r *reader, g *nvmlGPU, now time.Time) {
 		for _, u := range utils {
 			g.lastProcessSeen = max(g.lastProcessSeen, u.TimeStamp)
 		}
+		utils = dedupSamples(utils)
+		g.utilPeriod = samplePeriod(utils, g.utilPeriod)
+		g.utilReadAt = now
 		r.s.set.add(FieldContainerSM)
 	case ret == nvml.ERROR_NOT_FOUND, ret == nvml.ERROR_INSUFFICIENT_SIZE && len(utils) == 0:
 		// No process ran on the GPU since the last cycle (go-nvml turns
 		// a count of 0 into INSUFFICIENT_SIZE with no samples).
 		utils = nil
+		g.utilReadAt = now
 		r.s.set.add(FieldContainerSM)
 	default:
 		utils = nil
 		r.ok(ret, FieldContainerSM)
 	}
-	cs, orphans, unresolved := b.grouper.group(procs, utils)
+	cs, orphans, unresolved := b.grouper.group(procs, utils, smWindow{period: g.utilPeriod, window: window})
 	if unresolved > 0 && len(cs) == 0 {
 		*r.errs = append(*r.errs, fieldError{gpu: r.gpu, field: fields[FieldContainerMemory].name,
 			err: fmt.Errorf("cannot read the cgroup of any of %d GPU processes (is gpuscope outside the host pid namespace?)", unresolved)})
 	}
 	r.s.containers, r.s.orphans = cs, orphans
+}
+
+// The driver's utilisation sample period lies between 1/6 s and 1 s,
+// depending on the product (nvml.h, nvmlDeviceGetUtilizationRates).
+// Timestamps of one process closer than minSamplePeriod are one sample
+// seen twice, or jitter; a gap longer than maxSamplePeriod spans periods
+// without use, which the driver leaves out.
+const (
+	minSamplePeriod = 100 * time.Millisecond
+	maxSamplePeriod = time.Second
+)
+
+// dedupSamples sorts a GPU's process utilisation samples by pid and time
+// and drops a sample listed twice.
+func dedupSamples(utils []nvml.ProcessUtilizationSample) []nvml.ProcessUtilizationSample {
+	slices.SortFunc(utils, func(a, b nvml.ProcessUtilizationSample) int {
+		return cmp.Or(cmp.Compare(a.Pid, b.Pid), cmp.Compare(a.TimeStamp, b.TimeStamp))
+	})
+	return slices.CompactFunc(utils, func(a, b nvml.ProcessUtilizationSample) bool {
+		return a.Pid == b.Pid && a.TimeStamp == b.TimeStamp
+	})
+}
+
+// samplePeriod estimates the driver's sample period from utils (sorted by
+// dedupSamples): the shortest gap between two samples of one process,
+// within minSamplePeriod..maxSamplePeriod, and never longer than prev,
+// the estimate so far (0: none). NVML returns a sample for each period a
+// process had non-zero use in, so successive samples of a busy process
+// are one period apart. A driver that returns one sample per process and
+// call shows no gap: the estimate stays 0.
+func samplePeriod(utils []nvml.ProcessUtilizationSample, prev time.Duration) time.Duration {
+	p := prev
+	for i := 1; i < len(utils); i++ {
+		a, b := utils[i-1], utils[i]
+		if a.Pid != b.Pid {
+			continue
+		}
+		gap := time.Duration(b.TimeStamp-a.TimeStamp) * time.Microsecond
+		if gap < minSamplePeriod {
+			continue
+		}
+		gap = min(gap, maxSamplePeriod)
+		if p == 0 || gap < p {
+			p = gap
+		}
+	}
+	return p
 }

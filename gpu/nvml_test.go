@@ -173,6 +173,94 @@ func TestNVMLFieldValueTypes(t *testing.T) {
 	}
 }
 
+// TestNVMLHealthFields: the fan speed, the enforced power limit, the
+// recovery action and the pending row remap, read as DCGM reads them; a
+// GPU without a fan, or a driver that does not know the recovery action's
+// field id, loses that series only, and is no error.
+func TestNVMLHealthFields(t *testing.T) {
+	type want struct {
+		value     float64
+		published bool
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(m *mockMachine)
+		want  map[string][2]want // by field, GPU 0 and GPU 1
+		// errField is the one field whose read counts as an error, "" for none.
+		errField string
+	}{
+		{
+			name: "current driver",
+			want: map[string][2]want{
+				"DCGM_FI_DEV_FAN_SPEED":               {{0, false}, {31, true}},   // GPU 0 is an SXM module: no fan
+				"DCGM_FI_DEV_ENFORCED_POWER_LIMIT":    {{700, true}, {299, true}}, // 299999 mW: whole watts, as DCGM
+				"DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": {{0, true}, {1, true}},
+				"DCGM_FI_DEV_ROW_REMAP_PENDING":       {{0, true}, {1, true}},
+			},
+		},
+		{
+			name: "driver older than the recovery action",
+			setup: func(m *mockMachine) {
+				for _, d := range m.devs {
+					next := d.GetFieldValuesFunc
+					d.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
+						ret := next(values)
+						for k := range values {
+							if values[k].FieldId == nvml.FI_DEV_GET_GPU_RECOVERY_ACTION {
+								values[k] = nvml.FieldValue{FieldId: values[k].FieldId, NvmlReturn: uint32(nvml.ERROR_INVALID_ARGUMENT)}
+							}
+						}
+						return ret
+					}
+				}
+			},
+			want: map[string][2]want{
+				"DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": {{0, false}, {0, false}},
+				"DCGM_FI_DEV_ENFORCED_POWER_LIMIT":    {{700, true}, {299, true}},
+				"DCGM_FI_DEV_MEMORY_TEMP":             {{45, true}, {0, false}}, // the batched request is untouched
+			},
+		},
+		{
+			name: "fan read fails",
+			setup: func(m *mockMachine) {
+				m.devs[1].GetFanSpeedFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+			},
+			want: map[string][2]want{
+				"DCGM_FI_DEV_FAN_SPEED":            {{0, false}, {0, false}},
+				"DCGM_FI_DEV_ENFORCED_POWER_LIMIT": {{700, true}, {299, true}},
+			},
+			errField: "DCGM_FI_DEV_FAN_SPEED",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 2)
+			if tc.setup != nil {
+				tc.setup(m)
+			}
+			c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+			c.collectOnce(bg)
+			for name, ws := range tc.want {
+				for i, w := range ws {
+					gpu := map[string]string{"gpu": fmt.Sprint(i)}
+					v, ok := lookup(t, reg, name, gpu)
+					require.Equal(t, w.published, ok, "%s on GPU %d published", name, i)
+					require.Equal(t, w.value, v, "%s on GPU %d", name, i)
+					if !w.published && (tc.errField != name || i != 1) {
+						require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": fmt.Sprint(i), "field": name}), "%s on GPU %d", name, i)
+					}
+				}
+			}
+			errs := gather(t, reg, "gpuscope_gpu_collector_errors_total")
+			if tc.errField == "" {
+				require.Empty(t, errs)
+			} else {
+				require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_errors_total", map[string]string{"gpu": "1", "field": tc.errField}))
+			}
+			require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_collector_up", nil))
+		})
+	}
+}
+
 func TestNVMLUnsupportedFieldsOmitted(t *testing.T) {
 	m := newMockMachine(t, 2)
 	m.devs[1].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
@@ -192,7 +280,8 @@ func TestNVMLUnsupportedFieldsOmitted(t *testing.T) {
 	}
 	// v1 memory from the mock server: 80 GiB total, nothing used.
 	require.Equal(t, 81920.0, mustLookup(t, reg, "DCGM_FI_DEV_FB_TOTAL", gpu1))
-	// Above 200 °C DCGM treats the reading as blank: omitted, but supported.
+	// Above 200 °C DCGM stores nothing; before any valid reading there is
+	// no value (TestNVMLGPUTempAbove200KeepsTheLast has the rest).
 	_, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "0"})
 	require.False(t, ok)
 	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "DCGM_FI_DEV_FB_USED"}))
@@ -284,7 +373,7 @@ func TestNVMLHungCallDoesNotBlockCollect(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
 	const interval = 50 * time.Millisecond
-	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: interval, Hostname: "h", ProcRoot: t.TempDir()})
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: interval, Hostname: "h", ProcRoot: t.TempDir(), KernelLog: "-"})
 	require.NoError(t, err)
 	c.backend.(*nvmlBackend).eventWait = 10 * time.Millisecond
 	reg := newRegistry(t, c)
@@ -403,7 +492,7 @@ func TestNVMLHungEventWaitDoesNotBlockShutdown(t *testing.T) {
 	m.srv.ShutdownFunc = func() nvml.Return { shutdowns.Add(1); return nvml.SUCCESS }
 	cfg := DefaultConfig()
 	cfg.Backend = BackendNVML
-	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir()})
+	c, err := New(Options{Config: cfg, NVML: m.srv, Interval: 20 * time.Millisecond, Hostname: "h", ProcRoot: t.TempDir(), KernelLog: "-"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan error, 1)
@@ -420,20 +509,25 @@ func TestNVMLHungEventWaitDoesNotBlockShutdown(t *testing.T) {
 
 // TestNVMLGPUIdentifiedLater: a GPU that fails identification at start
 // and a GPU that appears later are read from the next cycle they answer
-// in; XID registration that failed is retried.
+// in; identification and XID registration that failed are retried every
+// retryEvery cycles (a sick GPU's calls can each block for long), and
+// the failure is counted every cycle meanwhile.
 func TestNVMLGPUIdentifiedLater(t *testing.T) {
 	m := newMockMachine(t, 3)
 	var uuidFails, regFails atomic.Bool
+	var uuidCalls, regCalls atomic.Int32
 	uuidFails.Store(true)
 	regFails.Store(true)
 	uuid := m.devs[1].GetUUIDFunc
 	m.devs[1].GetUUIDFunc = func() (string, nvml.Return) {
+		uuidCalls.Add(1)
 		if uuidFails.Load() {
 			return "", nvml.ERROR_UNKNOWN
 		}
 		return uuid()
 	}
 	m.devs[0].RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+		regCalls.Add(1)
 		if regFails.Load() {
 			return nvml.ERROR_UNKNOWN
 		}
@@ -454,11 +548,20 @@ func TestNVMLGPUIdentifiedLater(t *testing.T) {
 		"a failed registration is an error, not unsupported")
 	_, ok := lookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": "0"})
 	require.False(t, ok)
+	require.Equal(t, int32(1), uuidCalls.Load(), "identification is not retried at the next cycle")
+	require.Equal(t, int32(1), regCalls.Load(), "nor registration")
 
 	uuidFails.Store(false)
 	regFails.Store(false)
 	count.Store(3)
-	c.collectOnce(bg)
+	c.collectOnce(bg) // cycle 3: the new GPU at once
+	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 2)
+	mustLookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", map[string]string{"gpu": "2"})
+	c.collectOnce(bg) // cycle 4
+	require.Equal(t, int32(1), uuidCalls.Load())
+	c.collectOnce(bg) // cycle 5: retryEvery cycles after the failures
+	require.Equal(t, int32(2), uuidCalls.Load())
+	require.Equal(t, int32(2), regCalls.Load())
 	require.Len(t, gather(t, reg, "DCGM_FI_DEV_GPU_TEMP"), 3)
 	for _, gpu := range []string{"0", "1", "2"} {
 		mustLookup(t, reg, "DCGM_FI_DEV_XID_ERRORS", map[string]string{"gpu": gpu})
@@ -573,8 +676,17 @@ func TestNVMLOptionalFamilies(t *testing.T) {
 	o := mockOptions(m, newFakeClock())
 	c, reg := testCollector(t, o)
 	c.collectOnce(bg)
-	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
-		require.Empty(t, gather(t, reg, name), "%s is off by default", name)
+	require.Empty(t, gather(t, reg, "DCGM_FI_DEV_THERMAL_VIOLATION"), "violations are off by default")
+	// What the built-in hardware alerts read is on by default.
+	for _, name := range []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.NotEmpty(t, gather(t, reg, name), "%s is on by default", name)
+	}
+
+	o.Config.Families = Families{Violations: true}
+	c, reg = testCollector(t, o)
+	c.collectOnce(bg)
+	for _, name := range []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "gpuscope_gpu_clock_event_active"} {
+		require.Empty(t, gather(t, reg, name), "%s is off when its family is", name)
 	}
 
 	o.Config.Families = Families{ECC: true, Violations: true, RetiredPages: true, NVLinkErrors: true, ClockEvents: true}
@@ -616,10 +728,14 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 	}
 	// An MPS client, and pid 101 again (listed twice counts once).
 	m.mps[0] = []nvml.ProcessInfo{{Pid: 104, UsedGpuMemory: 3 << 30}, {Pid: 101, UsedGpuMemory: 2 << 30}}
+	// Two samples of pid 100, 7 s apart, show the driver keeps a sample
+	// per period; the gap spans idle periods, so the period is taken as
+	// the longest the driver uses, 1 s. Each sample then counts for 1 s
+	// of the 10 s interval (TestNVMLContainerSMShare has the rest).
 	m.utils[0] = []nvml.ProcessUtilizationSample{
 		{Pid: 100, TimeStamp: now - 9e6, SmUtil: 40},
-		{Pid: 100, TimeStamp: now - 2e6, SmUtil: 60}, // mean 50
-		{Pid: 101, TimeStamp: now - 5e6, SmUtil: 20},
+		{Pid: 100, TimeStamp: now - 2e6, SmUtil: 60}, // 10 over the interval
+		{Pid: 101, TimeStamp: now - 5e6, SmUtil: 20}, // 2
 		{Pid: 102, TimeStamp: now - 3e6, SmUtil: 5},
 		{Pid: 102, TimeStamp: now - 60e6, SmUtil: 99}, // before the first interval: not read
 		{Pid: 556, TimeStamp: now - 1e6, SmUtil: 80},  // not running: not counted
@@ -640,10 +756,10 @@ func TestNVMLProcessesToContainers(t *testing.T) {
 	session := map[string]string{"gpu": "0", "id": "/user.slice/user-1000.slice/session-2.scope", "name": "", "image": ""}
 	mps := map[string]string{"gpu": "0", "id": "/system.slice/docker-mps.scope"}
 	require.Equal(t, float64(12<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", docker))
-	require.Equal(t, 70.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker))
+	require.InDelta(t, 12.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", docker), 1e-9)
 	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", docker))
 	require.Equal(t, float64(1<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", session))
-	require.Equal(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session), "the driver's older history is not read")
+	require.InDelta(t, 0.5, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", session), 1e-9, "the driver's older history is not read")
 	require.Equal(t, float64(3<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", mps))
 	// The ended process's reused pid is not attributed.
 	_, ok := lookup(t, reg, "gpuscope_gpu_container_processes", map[string]string{"id": "/system.slice/docker-other.scope"})
@@ -848,13 +964,13 @@ func TestNVMLOlderDriverSymbols(t *testing.T) {
 		}, nil, []string{"gpuscope_gpu_clock_event_active"}},
 		{"nvmlDeviceGetRemappedRows", func(d *server.Device, c *atomic.Bool) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { c.Store(true); return 0, 0, false, false, nvml.SUCCESS }
-		}, []string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE"}, nil},
+		}, []string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING"}, nil},
 		{"nvmlDeviceGetTotalEnergyConsumption", func(d *server.Device, c *atomic.Bool) {
 			d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
 		}, []string{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}, nil},
 		{"nvmlDeviceGetFieldValues", func(d *server.Device, c *atomic.Bool) {
 			d.GetFieldValuesFunc = func([]nvml.FieldValue) nvml.Return { c.Store(true); return nvml.SUCCESS }
-		}, []string{"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"}, nil},
+		}, []string{"DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"}, nil},
 		{"nvmlDeviceGetProcessUtilization", func(d *server.Device, c *atomic.Bool) {
 			d.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { c.Store(true); return nil, nvml.SUCCESS }
 		}, []string{"gpuscope_gpu_container_sm_utilization_percent"}, []string{"gpuscope_gpu_container_memory_used_bytes"}},
@@ -876,6 +992,12 @@ func TestNVMLOlderDriverSymbols(t *testing.T) {
 		{"nvmlDeviceGetPcieReplayCounter", func(d *server.Device, c *atomic.Bool) {
 			d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
 		}, []string{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}, nil},
+		{"nvmlDeviceGetFanSpeed", func(d *server.Device, c *atomic.Bool) {
+			d.GetFanSpeedFunc = func() (uint32, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_FAN_SPEED"}, nil},
+		{"nvmlDeviceGetEnforcedPowerLimit", func(d *server.Device, c *atomic.Bool) {
+			d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { c.Store(true); return 0, nvml.SUCCESS }
+		}, []string{"DCGM_FI_DEV_ENFORCED_POWER_LIMIT"}, nil},
 	} {
 		t.Run(tc.symbol, func(t *testing.T) {
 			m := newMockMachine(t, 2)
@@ -1049,6 +1171,208 @@ func TestNVMLForeignPIDNamespace(t *testing.T) {
 			require.Equal(t, tc.want, ok)
 			require.Equal(t, boolValue(tc.want), mustLookup(t, reg, "gpuscope_gpu_field_supported", map[string]string{"gpu": "0", "field": "gpuscope_gpu_container_memory_used_bytes"}))
 			require.Equal(t, boolValue(!tc.want), float64(strings.Count(logs.String(), "not in the host's pid namespace")))
+			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+		})
+	}
+}
+
+// TestNVMLContainerSMShare is R4 of the second review: NVML returns a
+// process utilisation sample only for the driver's sample periods in
+// which the process used the GPU, so the mean of the samples read a job
+// that computes one period in ten as busy as one that never stops, and
+// GPUHeldIdle (under 5 % for 30 minutes) never fired for it. The share is
+// now the interval's average, each sample weighted by the driver's sample
+// period as its timestamps show it. A driver that returns one sample per
+// process and read shows no period: the samples' mean is kept.
+func TestNVMLContainerSMShare(t *testing.T) {
+	const s = uint64(1e6) // µs
+	for _, tc := range []struct {
+		name string
+		// samples of pids 100 (/busy), 101 (/bursty) and 102 (/once), as
+		// offsets in µs before the read, with their SM percent.
+		samples []nvml.ProcessUtilizationSample
+		want    map[string]float64
+	}{
+		{
+			name: "one period in six of 1/6 s",
+			samples: append(periodic(100, 60, s/6, 100), // busy: all 60 periods of the 10 s interval
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 9 * s, SmUtil: 100},
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 9*s - s/6, SmUtil: 100}, // a burst of two periods
+				nvml.ProcessUtilizationSample{Pid: 102, TimeStamp: 4 * s, SmUtil: 90},      // one period
+			),
+			want: map[string]float64{"/busy": 100, "/bursty": 100 * 2.0 / 60, "/once": 90.0 / 60},
+		},
+		{
+			name: "periods of 1 s, a sample listed twice",
+			samples: append(periodic(100, 10, s, 50),
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 3 * s, SmUtil: 100},
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 3 * s, SmUtil: 100},
+				nvml.ProcessUtilizationSample{Pid: 101, TimeStamp: 2 * s, SmUtil: 100},
+			),
+			want: map[string]float64{"/busy": 50, "/bursty": 20},
+		},
+		{
+			name: "one sample per process: no period, their mean",
+			samples: []nvml.ProcessUtilizationSample{
+				{Pid: 100, TimeStamp: 1 * s, SmUtil: 97},
+				{Pid: 101, TimeStamp: 2 * s, SmUtil: 30},
+			},
+			want: map[string]float64{"/busy": 97, "/bursty": 30},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			proc := t.TempDir()
+			for pid, id := range map[int]string{100: "/busy", 101: "/bursty", 102: "/once"} {
+				writeProc(t, proc, pid, "0::"+id+"\n")
+			}
+			clock := newFakeClock()
+			now := uint64(clock.Now().UnixMicro())
+			m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}, {Pid: 101, UsedGpuMemory: 1 << 30}, {Pid: 102, UsedGpuMemory: 1 << 30}}
+			for _, u := range tc.samples {
+				u.TimeStamp = now - u.TimeStamp
+				m.utils[0] = append(m.utils[0], u)
+			}
+			o := mockOptions(m, clock) // 10 s interval
+			o.ProcRoot = proc
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			for id, want := range tc.want {
+				require.InDelta(t, want, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", map[string]string{"id": id}), 1e-3, id)
+			}
+			// The next interval has no sample: nothing ran.
+			clock.Advance(10 * time.Second)
+			c.collectOnce(bg)
+			for id := range tc.want {
+				require.Zero(t, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", map[string]string{"id": id}), id)
+			}
+		})
+	}
+	// The period is learnt once: a later read with one sample of a
+	// bursty process counts it for one period of the interval.
+	t.Run("period kept from an earlier read", func(t *testing.T) {
+		m := newMockMachine(t, 1)
+		proc := t.TempDir()
+		writeProc(t, proc, 100, "0::/busy\n")
+		clock := newFakeClock()
+		m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}}
+		now := uint64(clock.Now().UnixMicro())
+		for _, u := range periodic(100, 20, s/2, 100) {
+			u.TimeStamp = now - u.TimeStamp
+			m.utils[0] = append(m.utils[0], u)
+		}
+		o := mockOptions(m, clock)
+		o.ProcRoot = proc
+		c, reg := testCollector(t, o)
+		c.collectOnce(bg)
+		require.InDelta(t, 100.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", nil), 1e-6)
+		clock.Advance(10 * time.Second)
+		m.mu.Lock()
+		m.utils[0] = append(m.utils[0], nvml.ProcessUtilizationSample{Pid: 100, TimeStamp: now + 5*s, SmUtil: 100})
+		m.mu.Unlock()
+		c.collectOnce(bg)
+		require.InDelta(t, 5.0, mustLookup(t, reg, "gpuscope_gpu_container_sm_utilization_percent", nil), 1e-6, "one half-second period in 10 s")
+	})
+}
+
+// periodic is n samples of pid, one every period µs (offsets before the
+// read: period, 2 period, ...), at sm percent.
+func periodic(pid uint32, n int, period uint64, sm uint32) []nvml.ProcessUtilizationSample {
+	out := make([]nvml.ProcessUtilizationSample, n)
+	for i := range out {
+		out[i] = nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: uint64(i) * period, SmUtil: sm}
+	}
+	return out
+}
+
+// TestNVMLGraphicsProcessesCounted is R8 of the second review: graphics
+// contexts (Xorg, desktop applications on RTX and workstation GPUs) count
+// in a container's memory and processes, and the HELP texts say so
+// rather than "compute processes".
+func TestNVMLGraphicsProcessesCounted(t *testing.T) {
+	m := newMockMachine(t, 1)
+	proc := t.TempDir()
+	writeProc(t, proc, 300, "0::/system.slice/display-manager.service\n")
+	writeProc(t, proc, 301, "0::/system.slice/display-manager.service\n")
+	m.procs[0] = []nvml.ProcessInfo{{Pid: 301, UsedGpuMemory: 2 << 20}}
+	m.graphics[0] = []nvml.ProcessInfo{{Pid: 300, UsedGpuMemory: 64 << 20}, {Pid: 301, UsedGpuMemory: 4 << 20}}
+	o := mockOptions(m, newFakeClock())
+	o.ProcRoot = proc
+	c, reg := testCollector(t, o)
+	c.collectOnce(bg)
+	dm := map[string]string{"id": "/system.slice/display-manager.service"}
+	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_container_processes", dm), "Xorg, and a process with both contexts once")
+	require.Equal(t, float64(68<<20), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", dm))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "gpuscope_gpu_container_processes", "gpuscope_gpu_container_memory_used_bytes", "gpuscope_gpu_container_sm_utilization_percent":
+			require.NotContains(t, mf.GetHelp(), "compute processes of", mf.GetName())
+			if mf.GetName() != "gpuscope_gpu_container_sm_utilization_percent" {
+				require.Contains(t, mf.GetHelp(), "graphics contexts", mf.GetName())
+			}
+		}
+	}
+}
+
+// TestNVMLGPUTempAbove200KeepsTheLast is finding 21: DCGM stores no GPU
+// temperature above 200 °C (a sensor glitch) and answers OK, so its last
+// value stays the latest; gpuscope serves that one too, none before any.
+func TestNVMLGPUTempAbove200KeepsTheLast(t *testing.T) {
+	m := newMockMachine(t, 1)
+	var temp atomic.Uint32
+	temp.Store(255)
+	m.devs[0].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return temp.Load(), nvml.SUCCESS }
+	c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+	gpu0 := map[string]string{"gpu": "0"}
+	for _, step := range []struct {
+		reading uint32
+		want    float64 // -1: no series
+	}{{255, -1}, {61, 61}, {255, 61}, {4000, 61}, {200, 200}} {
+		temp.Store(step.reading)
+		c.collectOnce(bg)
+		v, ok := lookup(t, reg, "DCGM_FI_DEV_GPU_TEMP", gpu0)
+		if step.want < 0 {
+			require.False(t, ok, "reading %d", step.reading)
+			continue
+		}
+		require.True(t, ok, "reading %d", step.reading)
+		require.Equal(t, step.want, v, "reading %d", step.reading)
+	}
+	require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
+}
+
+// TestNVMLVGPULicense is finding 22: DCGM publishes 0 without GRID
+// licensing, the vGPU feature's state where it is listed, and nothing
+// where licensing is supported but no vGPU feature is listed.
+func TestNVMLVGPULicense(t *testing.T) {
+	feature := func(code nvml.GridLicenseFeatureCode, state uint32) nvml.GridLicensableFeature {
+		return nvml.GridLicensableFeature{FeatureCode: uint32(code), FeatureState: state}
+	}
+	for _, tc := range []struct {
+		name string
+		lf   nvml.GridLicensableFeatures
+		want float64 // -1: no series
+	}{
+		{"no GRID licensing", nvml.GridLicensableFeatures{}, 0},
+		{"vGPU licensed", nvml.GridLicensableFeatures{IsGridLicenseSupported: 1, LicensableFeaturesCount: 2,
+			GridLicensableFeatures: [3]nvml.GridLicensableFeature{feature(nvml.GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX, 0), feature(nvml.GRID_LICENSE_FEATURE_CODE_VGPU, 1)}}, 1},
+		{"vGPU not licensed", nvml.GridLicensableFeatures{IsGridLicenseSupported: 1, LicensableFeaturesCount: 1,
+			GridLicensableFeatures: [3]nvml.GridLicensableFeature{feature(nvml.GRID_LICENSE_FEATURE_CODE_VGPU, 0)}}, 0},
+		{"no vGPU feature listed: blank", nvml.GridLicensableFeatures{IsGridLicenseSupported: 1, LicensableFeaturesCount: 1,
+			GridLicensableFeatures: [3]nvml.GridLicensableFeature{feature(nvml.GRID_LICENSE_FEATURE_CODE_NVIDIA_RTX, 1)}}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			m.devs[0].GetGridLicensableFeaturesFunc = func() (nvml.GridLicensableFeatures, nvml.Return) { return tc.lf, nvml.SUCCESS }
+			c, reg := testCollector(t, mockOptions(m, newFakeClock()))
+			c.collectOnce(bg)
+			v, ok := lookup(t, reg, "DCGM_FI_DEV_VGPU_LICENSE_STATUS", nil)
+			require.Equal(t, tc.want >= 0, ok)
+			if ok {
+				require.Equal(t, tc.want, v)
+			}
 			require.Empty(t, gather(t, reg, "gpuscope_gpu_collector_errors_total"))
 		})
 	}

@@ -225,7 +225,7 @@ func TestContainerGrouperOrphans(t *testing.T) {
 		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0},
 	} {
 		g.beginCycle()
-		out, orphans, unresolved := g.group(procs, nil)
+		out, orphans, unresolved := g.group(procs, nil, smWindow{})
 		g.endCycle()
 		require.Empty(t, out)
 		require.Equal(t, want.orphans, orphans)

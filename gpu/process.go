@@ -3,6 +3,7 @@ package gpu
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -56,9 +57,14 @@ func (g *containerGrouper) endCycle() {
 // procs is of a process that has ended (the driver keeps a history), and
 // its pid may now belong to anything. A pid listed twice (a process with a
 // compute and a graphics context) counts once, with the larger memory.
-// A process's SM utilisation is the mean of its samples since the
-// previous cycle; a container's is the sum over its processes, capped at
-// 100. A container with a process whose memory the driver withholds
+// A process's SM utilisation is its average over the sampling interval
+// (smWindow): NVML returns a sample only for each of the driver's sample
+// periods in which the process used the GPU, so the samples' SM
+// percentages times the period, over the interval, are the interval's
+// average with idle periods counted as 0. Until the driver's timestamps
+// have shown its period (and for a driver that returns one sample per
+// process and call), it is the mean of its samples. A container's is the
+// sum over its processes, capped at 100. A container with a process whose memory the driver withholds
 // (NVML_VALUE_NOT_AVAILABLE, e.g. another user's process without
 // privileges) has no memory value rather than a partial one. Processes
 // whose cgroup cannot be read (exited meanwhile, or in another pid
@@ -71,7 +77,7 @@ func (g *containerGrouper) endCycle() {
 // unresolved, as a process may exit between the driver's list and the
 // /proc read. Orphan memory the driver withholds is not summed
 // (the process is still counted).
-func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample) (out []Container, orphans Orphans, unresolved int) {
+func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessUtilizationSample, w smWindow) (out []Container, orphans Orphans, unresolved int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	clear(g.perPID)
@@ -121,9 +127,7 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		c := &out[i]
 		c.memoryBytes += u.memoryBytes
 		c.memoryUnknown = c.memoryUnknown || u.memoryUnknown
-		if u.smSamples > 0 {
-			c.smPercent += u.smSum / float64(u.smSamples)
-		}
+		c.smPercent += w.share(u)
 		c.processes++
 	}
 	for i := range out {
@@ -131,6 +135,24 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out, orphans, unresolved
+}
+
+// smWindow is how a GPU's process utilisation samples cover the sampling
+// interval: period is the driver's sample period (0: unknown), window the
+// time since the previous read.
+type smWindow struct {
+	period, window time.Duration
+}
+
+// share is a process's SM utilisation over the window, 0 to 100.
+func (w smWindow) share(u pidUsage) float64 {
+	switch {
+	case u.smSamples == 0:
+		return 0
+	case w.period > 0 && w.window > 0:
+		return min(u.smSum*w.period.Seconds()/w.window.Seconds(), 100)
+	}
+	return u.smSum / float64(u.smSamples)
 }
 
 // Orphans is what the driver lists on a GPU (or GPU instance) for
@@ -157,6 +179,7 @@ type containerNamer struct {
 }
 
 type containerLabels struct {
+	id       string // the id label: the cgroup path as a valid label value
 	name     string
 	workload workload.Identity
 }
@@ -177,7 +200,10 @@ func (n *containerNamer) beginCycle() {
 // usage returns a Container of id with its labels and no use yet.
 // Where cAdvisor knows the container, the identity is resolved from the
 // same metadata its collector's labels are (one cache entry, the same
-// labels on both sides); else from the path alone.
+// labels on both sides); else from the path alone. The id is looked up as
+// the kernel spells it, and labelled as workload.LabelValue writes it, as
+// cAdvisor's side labels it (scrape/cadvisor): a cgroup name need not be
+// valid UTF-8, and a label value that is not would cost the sample.
 func (n *containerNamer) usage(id string) Container {
 	i, ok := n.index[id]
 	if !ok {
@@ -188,8 +214,13 @@ func (n *containerNamer) usage(id string) Container {
 			}
 		}
 		i = len(n.labels)
-		n.labels = append(n.labels, containerLabels{name: md.Name, workload: n.cache.Get(id, md)})
+		n.labels = append(n.labels, containerLabels{
+			id:       workload.LabelValue(id),
+			name:     workload.LabelValue(md.Name),
+			workload: n.cache.Get(id, md),
+		})
 		n.index[id] = i
 	}
-	return Container{id: id, name: n.labels[i].name, workload: n.labels[i].workload}
+	l := &n.labels[i]
+	return Container{id: l.id, name: l.name, workload: l.workload}
 }

@@ -23,6 +23,10 @@ type Identity struct {
 }
 
 func newIdentity(index int, uuid, busID, model, driver, hostname string, withHost bool) *Identity {
+	// The driver's strings are ASCII on every GPU seen; a broken one must
+	// still not cost the sample (label values must be valid UTF-8).
+	uuid, busID, model, driver, hostname = workload.LabelValue(uuid), workload.LabelValue(busID),
+		workload.LabelValue(model), workload.LabelValue(driver), workload.LabelValue(hostname)
 	g := &Identity{index: index, uuid: uuid, busID: busID, model: model, driver: driver}
 	idx := strconv.Itoa(index)
 	g.dcgmLabels = []string{idx, uuid, busID, "nvidia" + idx, model}
@@ -65,6 +69,10 @@ type GPUSample struct {
 	// instances are the GPU instances of a GPU in MIG mode, by GPU_I_ID
 	// (mig.go); the GPU itself then keeps its whole-GPU fields only.
 	instances []InstanceSample
+	// unifiedMemory: the GPU has no framebuffer of its own (DGX Spark's
+	// GB10 and other integrated GPUs share the host's memory), and
+	// DCGM_FI_DEV_FB_* hold the system memory (gpuscope_gpu_memory_unified).
+	unifiedMemory bool
 }
 
 // NewGPUSample starts what a backend read of GPU id in one cycle.
@@ -107,6 +115,12 @@ func (s *GPUSample) SetContainers(cs []Container, orphans Orphans) {
 	s.set.add(FieldContainerSM)
 	s.containers, s.orphans = cs, orphans
 }
+
+// SetUnifiedMemory records that the GPU shares the host's memory (an
+// integrated GPU such as DGX Spark's GB10, whose driver has no framebuffer
+// figures) and that the DCGM_FI_DEV_FB_* values set are the system
+// memory's: gpuscope_gpu_memory_unified is then 1.
+func (s *GPUSample) SetUnifiedMemory(unified bool) { s.unifiedMemory = unified }
 
 type xidCount struct {
 	code  uint64

@@ -149,10 +149,12 @@ image() {
 	fi
 	v=$(version)
 	# The context is exactly the files git would commit (tracked and
-	# untracked-but-not-ignored): no .git, data/ or dist/ travel to the
-	# daemon, and no .dockerignore is needed.
+	# untracked-but-not-ignored): no .git, data/, data-demo/ or dist/
+	# travel to the daemon, and no .dockerignore is needed.
 	ctx=$(mktemp -d)
-	trap 'rm -rf "$ctx"' RETURN
+	# EXIT, not RETURN: under set -e a failed docker build ends the script
+	# without returning from here.
+	trap 'rm -rf "$ctx"' EXIT
 	git ls-files -z --cached --others --exclude-standard |
 		tar --null -T - --ignore-failed-read -cf - | tar -C "$ctx" -xf -
 	if [ -n "${DOCKER_VENDOR:-}" ]; then

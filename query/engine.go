@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +24,13 @@ type EngineOptions struct {
 	Registerer prometheus.Registerer
 	// DataDir holds the active query tracker's file, so queries running at a
 	// crash are logged at the next start, as in Prometheus.
-	DataDir        string
-	Timeout        time.Duration
-	MaxSamples     int
+	DataDir    string
+	Timeout    time.Duration
+	MaxSamples int
+	// MaxConcurrency is how many queries run at once; 0 means the CPUs
+	// gpuscope may use (GOMAXPROCS, which follows a cgroup CPU limit), at
+	// most Prometheus's 20: a query runs on one CPU, and more queries than
+	// CPUs only take turns, with each other and with the scrapes.
 	MaxConcurrency int
 	LookbackDelta  time.Duration
 	Parser         parser.Parser
@@ -45,6 +50,9 @@ type Engine struct {
 func NewEngine(o EngineOptions) (*Engine, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxConcurrency <= 0 {
+		o.MaxConcurrency = min(20, runtime.GOMAXPROCS(0))
 	}
 	tracker, err := promql.NewActiveQueryTracker(o.DataDir, o.MaxConcurrency, o.Logger.With("component", "activeQueryTracker"))
 	if err != nil {

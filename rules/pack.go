@@ -246,7 +246,18 @@ func applyPack(rgs *rulefmt.RuleGroups, o packOptions, p parser.Parser) ([]repla
 // rules that run are the pack's rules, with shorter windows.
 func scaleGroup(g *rulefmt.RuleGroup, s float64, minRange time.Duration, p parser.Parser) error {
 	if g.Interval != 0 {
-		g.Interval = model.Duration(scaleDuration(time.Duration(g.Interval), s, time.Millisecond))
+		floor := time.Millisecond
+		rollup, err := isRollup(g, p)
+		if err != nil {
+			return err
+		}
+		if rollup {
+			// Each sample of a roll-up covers its interval: floored like
+			// its windows, or the samples overlap and their sums count
+			// twice what lies in both.
+			floor = minRange
+		}
+		g.Interval = model.Duration(scaleDuration(time.Duration(g.Interval), s, floor))
 	}
 	if g.QueryOffset != nil {
 		offset := model.Duration(scaleDuration(time.Duration(*g.QueryOffset), s, 0))
@@ -269,6 +280,31 @@ func scaleGroup(g *rulefmt.RuleGroup, s float64, minRange time.Duration, p parse
 		}
 	}
 	return nil
+}
+
+// isRollup reports whether every range window of the group's rules is
+// its interval, as in gpuscope.accounting.hourly: each sample sums or
+// takes the extremes of the interval before it.
+func isRollup(g *rulefmt.RuleGroup, p parser.Parser) (bool, error) {
+	windows := 0
+	for _, r := range g.Rules {
+		expr, err := p.ParseExpr(r.Expr)
+		if err != nil {
+			return false, fmt.Errorf("group %q, rule %q: %w", g.Name, ruleName(r), err)
+		}
+		rollup := true
+		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+			if m, ok := node.(*parser.MatrixSelector); ok {
+				windows++
+				rollup = rollup && m.Range == time.Duration(g.Interval)
+			}
+			return nil
+		})
+		if !rollup {
+			return false, nil
+		}
+	}
+	return windows > 0, nil
 }
 
 // durationPhrase matches a duration as the pack's annotations state it:

@@ -97,7 +97,35 @@ func TestPackAlertsDocumented(t *testing.T) {
 			require.Contains(t, []string{"critical", "warning", "info"}, r.Labels["severity"], "severity of %s", r.Alert)
 			require.NotEmpty(t, r.Annotations["summary"], "summary of %s", r.Alert)
 			require.Greater(t, len(r.Annotations["description"]), 200, "description of %s says what to look at next", r.Alert)
+			if runbookGroups[g.Name] {
+				require.Greater(t, len(r.Annotations["runbook"]), 100, "runbook of %s says what to do", r.Alert)
+			}
+			for k, v := range r.Annotations {
+				// NVML monitors count as users of a GPU: nvidia-smi
+				// refuses to reset one while gpuscope holds it.
+				if gpuReset.MatchString(v) {
+					require.Contains(t, v, "systemctl stop gpuscope", "%s of %s tells to reset a GPU without stopping gpuscope first", k, r.Alert)
+				}
+			}
 		}
+	}
+}
+
+// runbookGroups are the groups whose alerts each have a runbook
+// annotation: what to do (drain, reset, reboot, RMA).
+var runbookGroups = map[string]bool{"gpuscope.health": true, "gpuscope.host": true}
+
+// gpuReset is an instruction to reset a GPU.
+var gpuReset = regexp.MustCompile(`nvidia-smi (-r|--gpu-reset) -i`)
+
+func TestGPUResetPattern(t *testing.T) {
+	for text, want := range map[string]bool{
+		"run nvidia-smi -r -i {{ $labels.gpu }}":       true,
+		"nvidia-smi --gpu-reset -i 3":                  true,
+		"nvidia-smi -r cannot reach a GPU that is off": false,
+		"nvidia-smi -q -d ROW_REMAPPER":                false,
+	} {
+		require.Equal(t, want, gpuReset.MatchString(text), text)
 	}
 }
 
@@ -189,6 +217,18 @@ func TestApplyPackScalesFiltersAndOverrides(t *testing.T) {
 		require.Equal(t, model.Duration(time.Minute), hourly.Interval, "1h / 60")
 		require.NotNil(t, hourly.QueryOffset)
 		require.Equal(t, model.Duration(5*time.Second), *hourly.QueryOffset, "its query offset, 5m / 60, still five of the minute group's samples behind")
+
+		// The demo: 30×, 15 s scrapes. The hour's windows are floored at
+		// ten scrapes (150 s), and so is the hour itself, so that the
+		// samples of the roll-up do not overlap; the minute group keeps
+		// its 2 s.
+		rgs = load("accounting.yml")
+		_, err = applyPack(rgs, packOptions{timeScale: 30, minRange: 150 * time.Second}, p)
+		require.NoError(t, err)
+		require.Equal(t, model.Duration(2*time.Second), rgs.Groups[0].Interval)
+		hourly = rgs.Groups[1]
+		require.Equal(t, model.Duration(150*time.Second), hourly.Interval)
+		require.Contains(t, find(rgs, "gpu_workload:gpu_held:sum1h").Expr, "[2m30s]")
 	})
 
 	t.Run("disabled groups and rules, overrides", func(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/common/model"
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/model/rulefmt"
-	"github.com/prometheus/prometheus/notifier"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	promrules "github.com/prometheus/prometheus/rules"
@@ -100,7 +99,9 @@ func NewManager(o Options) (*Manager, error) {
 	logger := o.Logger
 	notify := func(context.Context, string, ...*promrules.Alert) {}
 	if o.Notifier != nil {
-		notify = sendAlerts(o.Notifier, o.ExternalURL.String())
+		// Prometheus's own: generatorURL is <external URL>/graph?g0.expr=…&g0.tab=1,
+		// which web serves as Prometheus's /graph does.
+		notify = promrules.SendAlerts(o.Notifier, strings.TrimSuffix(o.ExternalURL.String(), "/"))
 	}
 	// Evaluations run under this context; it ends after the manager has
 	// stopped.
@@ -215,34 +216,6 @@ func (r *Manager) Run(ctx context.Context) error {
 	<-done
 	r.cancel()
 	return nil
-}
-
-// sendAlerts is promrules.SendAlerts with a generatorURL that gpuscope
-// answers: Prometheus links to its /graph page, which gpuscope does not
-// serve; its query API evaluates the same expression.
-func sendAlerts(s promrules.Sender, externalURL string) promrules.NotifyFunc {
-	base := strings.TrimSuffix(externalURL, "/")
-	return func(_ context.Context, expr string, alerts ...*promrules.Alert) {
-		if len(alerts) == 0 {
-			return
-		}
-		res := make([]*notifier.Alert, 0, len(alerts))
-		for _, a := range alerts {
-			n := &notifier.Alert{
-				StartsAt:     a.FiredAt,
-				Labels:       a.Labels,
-				Annotations:  a.Annotations,
-				GeneratorURL: base + "/api/v1/query?query=" + url.QueryEscape(expr),
-			}
-			if !a.ResolvedAt.IsZero() {
-				n.EndsAt = a.ResolvedAt
-			} else {
-				n.EndsAt = a.ValidUntil
-			}
-			res = append(res, n)
-		}
-		s.Send(res...)
-	}
 }
 
 // CheckRuleFiles parses the rule files the patterns match as serve loads

@@ -260,7 +260,7 @@ alerting:
 		a := alerts[0]
 		require.Equal(t, models.LabelSet{"alertname": "AlwaysFiring", "severity": "info", "cluster": "lab"}, a.Labels)
 		require.Equal(t, models.LabelSet{"summary": "always"}, a.Annotations)
-		require.Equal(t, "http://gpu-1:9089/api/v1/query?query=vector%281%29", string(a.GeneratorURL))
+		require.Equal(t, "http://gpu-1:9089/graph?g0.expr=vector%281%29&g0.tab=1", string(a.GeneratorURL))
 		require.False(t, time.Time(a.StartsAt).IsZero())
 	case <-time.After(30 * time.Second):
 		t.Fatal("no alert reached the Alertmanager")

@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -68,17 +69,8 @@ func builtinJobs(cfg *promconfig.Config, b Builtin) ([]*promconfig.ScrapeConfig,
 	}
 	jobs = append(jobs, nodeJobs(b.Nodes)...)
 	for _, user := range cfg.ScrapeConfigs {
-		for _, j := range jobs {
-			if user.JobName == j.JobName {
-				return nil, fmt.Errorf("scrape_configs: job_name %q is reserved for gpuscope's built-in collector; choose another name", user.JobName)
-			}
-		}
-		// The node jobs' names are reserved even while no node is
-		// listed, so adding the first node never breaks a working config.
-		for _, ep := range nodeEndpoints {
-			if user.JobName == ep.job {
-				return nil, fmt.Errorf("scrape_configs: job_name %q is reserved for the jobs of the nodes: section; choose another name", user.JobName)
-			}
+		if err := CheckJobName(user.JobName, b); err != nil {
+			return nil, fmt.Errorf("scrape_configs: %w", err)
 		}
 	}
 	for _, j := range jobs {
@@ -87,6 +79,28 @@ func builtinJobs(cfg *promconfig.Config, b Builtin) ([]*promconfig.ScrapeConfig,
 		}
 	}
 	return jobs, nil
+}
+
+// CheckJobName refuses a user job named like a built-in job of b: the
+// collectors b turns on, and the node jobs even while no node is listed,
+// so adding the first node never breaks a working config.
+func CheckJobName(name string, b Builtin) error {
+	reserved := []string{JobSelf}
+	if b.Cadvisor {
+		reserved = append(reserved, JobCadvisor)
+	}
+	if b.GPU {
+		reserved = append(reserved, JobGPU)
+	}
+	if slices.Contains(reserved, name) {
+		return fmt.Errorf("job_name %q is reserved for gpuscope's built-in collector; choose another name", name)
+	}
+	for _, ep := range nodeEndpoints {
+		if name == ep.job {
+			return fmt.Errorf("job_name %q is reserved for the jobs of the nodes: section; choose another name", name)
+		}
+	}
+	return nil
 }
 
 func builtinJob(name, path string, b Builtin) *promconfig.ScrapeConfig {

@@ -73,6 +73,7 @@ var overviewTemplate = template.Must(template.New("overview.html").Funcs(templat
 		return fieldArgs{Name: name, F: f, Unit: unit}
 	},
 	"evalSeconds": func(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 },
+	"rangeBar":    renderRangeBar,
 }).ParseFS(overviewFS, "overview/overview.html"))
 
 var overviewCSS = func() template.CSS {
@@ -86,11 +87,10 @@ var overviewCSS = func() template.CSS {
 // overviewParallel is how many of the page's queries run at once.
 const overviewParallel = 4
 
-// sparkPoints is the number of one-minute steps in a sparkline.
-const sparkPoints = 60
-
 // overviewPage is what the template renders.
 type overviewPage struct {
+	// EvalTime is when the cards' values are read: now, or the end of
+	// the range asked for (to=).
 	EvalTime     time.Time
 	Refresh      int
 	Ready        bool
@@ -110,6 +110,11 @@ type overviewPage struct {
 	Dashboards   []dashboardLink
 	Lines        []StatusLine
 	Queries      []fieldDoc
+	// Bar is the time range selector (serve only); the sparklines span
+	// the range.
+	Bar   *rangeBar
+	Range timeRange
+	spark sparkRange
 	// Notifications is the Notifications block (overview_notifications.go).
 	Notifications *notificationsView
 
@@ -197,6 +202,9 @@ func (h *Handler) overview(c echo.Context) error {
 		Agent:    h.opts.API == nil,
 		Node:     c.QueryParam("node"),
 	}
+	if ok, err := h.overviewRange(c, p, o, now); !ok {
+		return err
+	}
 	if h.opts.Status != nil {
 		p.Lines = h.opts.Status()
 	}
@@ -209,7 +217,7 @@ func (h *Handler) overview(c echo.Context) error {
 	}
 
 	status := http.StatusOK
-	src, sparklines, ok := h.source(p, o, now)
+	src, sparklines, ok := h.source(p, o, p.EvalTime)
 	if ok {
 		p.Queries = []fieldDoc{
 			{"utilization", qUtil.promQL()}, {"memory-used", qMemUsed.promQL()}, {"memory-total", qMemTotal.promQL()},
@@ -466,8 +474,8 @@ func (c *collection) query(ctx context.Context, sparklines bool) *answers {
 	}
 	var utilErr, memErr error
 	if sparklines {
-		run(func() { a.sparkUtil, utilErr = c.src.series(ctx, qUtil.promQL(c.extra...)) })
-		run(func() { a.sparkMem, memErr = c.src.series(ctx, memPercent(c.extra)) })
+		run(func() { a.sparkUtil, utilErr = c.src.series(ctx, qUtil.promQL(c.extra...), c.p.spark) })
+		run(func() { a.sparkMem, memErr = c.src.series(ctx, memPercent(c.extra), c.p.spark) })
 	}
 	wg.Wait()
 	a.spark = sparklines && utilErr == nil && memErr == nil
@@ -566,7 +574,7 @@ func (c *collection) workloads(a *answers) {
 	}
 }
 
-// sparklines draws each card's hour of utilisation and memory, when both
+// sparklines draws each card's range of utilisation and memory, when both
 // range queries answered.
 func (c *collection) sparklines(a *answers) {
 	if !a.spark {
@@ -574,7 +582,7 @@ func (c *collection) sparklines(a *answers) {
 	}
 	for _, g := range c.byKey {
 		k := cardKey(labels.FromStrings("instance", g.Instance, "gpu", g.GPU, "UUID", g.UUID))
-		if sp := (sparkline{Util: sparkPath(a.sparkUtil[k], c.p.EvalTime), Mem: sparkPath(a.sparkMem[k], c.p.EvalTime)}); sp.Util != "" || sp.Mem != "" {
+		if sp := (sparkline{Util: sparkPath(a.sparkUtil[k], c.p.spark), Mem: sparkPath(a.sparkMem[k], c.p.spark)}); sp.Util != "" || sp.Mem != "" {
 			g.Spark = &sp
 		}
 	}
@@ -604,14 +612,16 @@ func gpuLess(a, b *gpuCard) bool {
 	return a.UUID < b.UUID
 }
 
-// sparkPath draws percentages (0 to 100) over the hour before end as an
-// SVG path in a 59×20 box, one unit a minute. Steps are relative, and a
-// run of equal steps is one line (exactly what the points draw), to keep
-// the page small: 128 cards of two lines each.
-func sparkPath(ps []point, end time.Time) string {
+// sparkPath draws percentages (0 to 100) at the sparkline's steps as an
+// SVG path in a (n-1)×20 box, one unit a step (a minute over the default
+// hour). Steps are relative, and a run of equal steps is one line
+// (exactly what the points draw), to keep the page small: 128 cards of
+// two lines each.
+func sparkPath(ps []point, sr sparkRange) string {
 	var (
 		b     strings.Builder
-		start = end.Add(-(sparkPoints - 1) * time.Minute).UnixMilli()
+		start = sr.start.UnixMilli()
+		step  = sr.step.Milliseconds()
 		lastX = int64(-2)
 		lastY int
 		runN  int // equal steps not yet written
@@ -634,7 +644,10 @@ func sparkPath(ps []point, end time.Time) string {
 		if math.IsNaN(p.v) {
 			continue
 		}
-		x := (p.t - start) / 60000
+		if (p.t-start)%step != 0 {
+			continue
+		}
+		x := (p.t - start) / step
 		y := 20 - int(math.Round(math.Max(0, math.Min(100, p.v))/5))
 		if x == lastX+1 {
 			if dy := y - lastY; runN > 0 && dy != runDY {

@@ -149,31 +149,15 @@ func (s engineSource) instant(ctx context.Context, q fieldQuery, extra []*labels
 	return out, nil
 }
 
-// series runs a range query of 60 one-minute steps ending at the
-// evaluation time: the sparklines' hour.
-func (s engineSource) series(ctx context.Context, expr string) (map[string][]point, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	qry, err := s.engine.NewRangeQuery(ctx, s.queryable, nil, expr, s.ts.Add(-(sparkPoints-1)*time.Minute), s.ts, time.Minute)
-	if err != nil {
-		return nil, fmt.Errorf("parse query: %w", err)
-	}
-	defer qry.Close()
-	res := qry.Exec(ctx)
-	if res.Err != nil {
-		return nil, queryErr(res.Err)
-	}
-	m, err := res.Matrix()
+// series runs the sparklines' range query, keyed by card.
+func (s engineSource) series(ctx context.Context, expr string, sr sparkRange) (map[string][]point, error) {
+	m, err := s.matrix(ctx, expr, sr.start, sr.end(), sr.step)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string][]point, len(m))
 	for _, s := range m {
-		ps := make([]point, len(s.Floats))
-		for i, f := range s.Floats {
-			ps[i] = point{t: f.T, v: f.F}
-		}
-		out[cardKey(s.Metric)] = ps
+		out[cardKey(s.labels)] = s.points
 	}
 	return out, nil
 }

@@ -160,7 +160,8 @@ func TestOverviewCards(t *testing.T) {
 			require.Contains(t, cardField(t, body, tc.instance, tc.gpu, tc.field), tc.want)
 		})
 	}
-	require.Contains(t, body, `<li class="gpu-workload" data-workload="train"><code>train</code> <span data-field="workload-memory" data-value="1073741824">1.0 GiB</span> · SM <span data-field="workload-sm" data-value="55">55 %</span></li>`)
+	require.Contains(t, body, `<li class="gpu-workload" data-workload="train"><a href="workload/train"><code>train</code></a> <span data-field="workload-memory" data-value="1073741824">1.0 GiB</span> · SM <span data-field="workload-sm" data-value="55">55 %</span></li>`)
+	require.Contains(t, body, `<h3><a href="gpu/node-a/0">GPU 0</a> `, "a card links to its GPU's page")
 	require.Equal(t, 2, strings.Count(body, `<svg class="sparkline"`), "none for the GPU without utilisation or memory")
 	// 60 points of utilisation, one a minute: 1 % to 60 %, a step of
 	// 1 (5 %) every 5 minutes; memory flat at 49 %.
@@ -225,7 +226,8 @@ func TestOverviewEscapesLabelValues(t *testing.T) {
 	require.NotContains(t, body, "<script>alert(1)")
 	require.NotContains(t, body, "<img src=x")
 	require.NotContains(t, body, "<b>bold</b>")
-	require.Contains(t, body, `data-workload="&lt;script&gt;alert(1)&lt;/script&gt;"><code>&lt;script&gt;alert(1)&lt;/script&gt;</code>`)
+	require.Contains(t, body, `data-workload="&lt;script&gt;alert(1)&lt;/script&gt;"><a href="workload/%3Cscript%3Ealert%281%29%3C%2Fscript%3E"><code>&lt;script&gt;alert(1)&lt;/script&gt;</code></a>`)
+	require.Contains(t, body, `<a href="gpu/%22%3E%3Cimg%20src=x%20onerror=alert%282%29%3E/0">`, "the node in the GPU page's link is escaped")
 	require.Contains(t, body, `data-instance="&#34;&gt;&lt;img src=x onerror=alert(2)&gt;"`)
 	require.Contains(t, body, `&lt;b&gt;bold&lt;/b&gt;`)
 }
@@ -518,7 +520,7 @@ func TestSparkPath(t *testing.T) {
 		{"NaN is a gap", []point{at(0, 0), at(1, math.NaN()), at(2, 0)}, "M0 20h.5M2 20h.5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, sparkPath(tc.ps, end))
+			require.Equal(t, tc.want, sparkPath(tc.ps, sparkRange{start: end.Add(-59 * time.Minute), step: time.Minute, n: 60}))
 		})
 	}
 }

@@ -187,6 +187,7 @@ func New(o Options) *Handler {
 		})
 	}
 	e.GET("/", h.overview)
+	h.mountHistory()
 	return h
 }
 

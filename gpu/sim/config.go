@@ -21,10 +21,21 @@ const (
 	ScenarioMIG         = "mig"
 	ScenarioHeldIdle    = "held-idle"
 	ScenarioOrphan      = "orphan"
+
+	// Hardware faults (hardware.go), each raising the built-in alerts
+	// of rules/pack/health.yml.
+	ScenarioECC          = "ecc"
+	ScenarioRowRemap     = "row-remap"
+	ScenarioNVLinkErrors = "nvlink-errors"
+	ScenarioPCIeReplay   = "pcie-replay"
+	ScenarioPowerBrake   = "power-brake"
+	ScenarioFanFailure   = "fan-failure"
+	ScenarioMissing      = "missing"
 )
 
 var scenarios = []string{ScenarioIdle, ScenarioTraining, ScenarioLeak, ScenarioInputBound, ScenarioMemoryBound, ScenarioThermal, ScenarioXID, ScenarioMIG,
-	ScenarioHeldIdle, ScenarioOrphan}
+	ScenarioHeldIdle, ScenarioOrphan,
+	ScenarioECC, ScenarioRowRemap, ScenarioNVLinkErrors, ScenarioPCIeReplay, ScenarioPowerBrake, ScenarioFanFailure, ScenarioMissing}
 
 const (
 	defaultModel     = "NVIDIA H100 80GB HBM3"
@@ -62,7 +73,8 @@ type Config struct {
 // GPU is the workload of one simulated GPU.
 type GPU struct {
 	// Scenario is one of idle, training, leak, input-bound, memory-bound,
-	// thermal, xid, mig, held-idle, orphan (default idle). mig is an H100
+	// thermal, xid, mig, held-idle, orphan, ecc, row-remap, nvlink-errors,
+	// pcie-replay, power-brake, fan-failure, missing (default idle). mig is an H100
 	// in MIG mode as one 3g.40gb and two 2g.20gb GPU instances, running a
 	// training job in <container>/train and an inference server in
 	// <container>/serve. held-idle is a job that holds 10 GiB and hardly
@@ -70,6 +82,17 @@ type GPU struct {
 	// orphan is 6 GiB the driver lists for a process that is gone (a pid
 	// no Linux gives), which has no container
 	// (gpuscope_gpu_orphaned_memory_bytes: GPUMemoryHeldByGoneProcess).
+	// The hardware faults run a training job until their fault begins, at
+	// the simulated time given: ecc (2 min: a double-bit ECC error, a page
+	// pending retirement, XID 48), row-remap (2 min: a row remap pending a
+	// GPU reset, which the driver asks for as its recovery action, XID 63;
+	// 5 min: a remapping that fails, XID 64), nvlink-errors (1 min: NVLink
+	// CRC errors at 550 a second, a replay every 30 s, one recovery at 3
+	// min), pcie-replay (1 min: 5 PCIe replays a second), power-brake (1
+	// min: the power brake halves the clocks), fan-failure (a PCIe card
+	// whose fan stops at 1 min: it heats past 90 °C and slows down) and
+	// missing (5 min: the GPU leaves the device list, as after a reboot
+	// without it).
 	Scenario string `yaml:"scenario"`
 	// Container is the cgroup path of the container running the GPU's
 	// process, as cAdvisor names it in its id label (for example

@@ -66,7 +66,7 @@ func TestConfigValidate(t *testing.T) {
 		{"sim time scale", func(c *Config) { c.TimeScale = 0 }, "gpu.sim.time_scale: must be above 0"},
 		{"sim burn cores", func(c *Config) { c.CPUBurnCores = -1 }, "gpu.sim.cpu_burn_cores: must be above 0"},
 		{"sim too many gpus", func(c *Config) { c.Count = 1; c.GPUs = make([]GPU, 2) }, "gpu.sim.gpus: 2 entries for 1 GPUs (gpu.sim.count)"},
-		{"sim scenario", func(c *Config) { c.GPUs = []GPU{{Scenario: "meltdown"}} }, `gpu.sim.gpus[0].scenario: unknown scenario "meltdown" (want idle, training, leak, input-bound, memory-bound, thermal, xid, mig, held-idle, orphan)`},
+		{"sim scenario", func(c *Config) { c.GPUs = []GPU{{Scenario: "meltdown"}} }, `gpu.sim.gpus[0].scenario: unknown scenario "meltdown" (want idle, training, leak, input-bound, memory-bound, thermal, xid, mig, held-idle, orphan, ecc, row-remap, nvlink-errors, pcie-replay, power-brake, fan-failure, missing)`},
 		{"sim relative container", func(c *Config) { c.GPUs = []GPU{{Container: "docker/abc"}} }, `gpu.sim.gpus[0].container: "docker/abc" is not an absolute cgroup path`},
 		{"sim dotdot container", func(c *Config) { c.GPUs = []GPU{{Container: "/a/../b"}} }, `gpu.sim.gpus[0].container: "/a/../b" is not a clean cgroup path`},
 		{"sim burning root", func(c *Config) {

@@ -48,11 +48,29 @@ func Describe(scenario string) string {
 	case ScenarioMemoryBound:
 		return "memory full, SMs idle; GPUMemoryAlmostFull, classed memory-bound"
 	case ScenarioThermal:
-		return "hot and throttling; GPUSMUtilizationHigh, then GPUTemperatureHigh"
+		return "hot and throttling; GPUSMUtilizationHigh, then GPUThermalSlowdown and GPUTemperatureHigh"
 	case ScenarioMIG:
 		return "MIG mode, one 3g.40gb and two 2g.20gb instances; series per GPU instance"
 	case ScenarioXID:
-		return "XID errors, then XID 79 (fallen off the bus); GPUXIDErrorCritical and GPUFellOffBus"
+		return "its job dies of XID 79 (fallen off the bus); GPUXIDErrorCritical and GPUFellOffBus"
+	case ScenarioHeldIdle:
+		return "10 GiB held at about 1% SM share; GPUHeldIdle"
+	case ScenarioOrphan:
+		return "6 GiB held for a process that is gone; GPUMemoryHeldByGoneProcess"
+	case ScenarioECC:
+		return "a double-bit ECC error and a page pending retirement; GPUUncorrectableECCError, GPURetiredPagesPending, GPUXIDErrorCritical"
+	case ScenarioRowRemap:
+		return "a row remap pending a reset, then one that fails; GPURowRemapPending, GPURecoveryActionRequired, GPURowRemapFailed"
+	case ScenarioNVLinkErrors:
+		return "NVLink CRC errors, replays and a recovery; GPUNVLinkErrors"
+	case ScenarioPCIeReplay:
+		return "PCIe replays at 5 a second; GPUPCIeReplayRateHigh"
+	case ScenarioPowerBrake:
+		return "the chassis's power brake halves the clocks; GPUPowerBrake"
+	case ScenarioFanFailure:
+		return "a PCIe card whose fan stops; GPUThermalSlowdown, GPUHardwareSlowdown"
+	case ScenarioMissing:
+		return "leaves the device list; GPUMissing"
 	default:
 		return "no process; classed idle; no alert"
 	}

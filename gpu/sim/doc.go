@@ -2,8 +2,10 @@
 // sim of the `gpu:` config section, and what `gpuscope serve --demo` runs.
 // Each simulated GPU plays a scenario (training, a memory leak, a GPU
 // starved by a CPU-saturated container, thermal throttling, XID 79, MIG
-// mode, ...), so that every metric, alert rule and dashboard panel can be
-// seen and tested without a GPU.
+// mode, the hardware faults of hardware.go: ECC, row remapping, NVLink
+// and PCIe errors, the power brake, a failed fan, a GPU gone from the
+// device list, ...), so that every metric, alert rule and dashboard panel
+// can be seen and tested without a GPU.
 //
 // The simulator is a gpu.Backend, made through gpu.Options.NewBackend: it
 // reports what the NVML backend would have read, and the collector labels

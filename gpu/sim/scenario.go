@@ -28,6 +28,24 @@ const (
 	boostClockMHz = 1980
 	idleClockMHz  = 345
 	memClockMHz   = 2619
+	powerLimitW   = 700 // an H100 SXM's enforced power limit
+
+	// The hardware-fault scenarios (hardware.go) start healthy; their
+	// faults begin at these simulated times.
+	eccAt          = 120 // ecc: one double-bit error, a page pending retirement, XID 48
+	remapAt        = 120 // row-remap: a row remapped for an uncorrectable error, pending a reset (XID 63)
+	remapFailAt    = 300 // row-remap: the next one finds no spare row (XID 64)
+	nvlinkErrAt    = 60  // nvlink-errors: CRC errors at a rate, replays and a recovery
+	pcieReplayAt   = 60  // pcie-replay: replays at a rate
+	powerBrakeAt   = 60  // power-brake: the chassis asserts the power brake
+	fanFailAt      = 60  // fan-failure: the card's fan stops
+	missingAt      = 300 // missing: the GPU leaves the device list
+	nvlinkCRCFlit  = 500 // nvlink-errors: flow-control CRC errors a second, past DCGM's 100/s
+	nvlinkCRCData  = 50  // data CRC errors a second
+	nvlinkReplayAt = 30  // a replay every 30 simulated seconds
+	nvlinkRecovery = 180 // one link recovery, at this time
+	pcieReplayRate = 5   // replays a second: 300 a minute, past a Gen5 x16 link's 31 (DCGM's limit)
+	fanRPMPct      = 45  // the fan-failure card's fan speed before it stops
 )
 
 // simState is what a simulated GPU looks like at one instant.
@@ -41,7 +59,13 @@ type simState struct {
 	pcieGen                         int
 	clockEvents                     uint64
 	process                         bool
+	// fan is the fan speed in percent; noFan for a GPU cooled by its
+	// chassis (every scenario but fan-failure: an SXM module).
+	fan float64
 }
+
+// noFan is simState.fan of a GPU without a fan: NVML's NOT_SUPPORTED.
+const noFan = -1
 
 // step advances the GPU to simulated time t, dt after the previous step.
 func (g *simGPU) step(t, dt float64) simState {
@@ -89,8 +113,8 @@ func (g *simGPU) step(t, dt float64) simState {
 			st = g.busy(clamp(85+noise(3), 60, 99), 62000+noise(2), noise)
 			break
 		}
-		if g.xidCount == 0 {
-			g.lastXID, g.xidCount = xidCode, 1
+		if g.xids[xidCode] == 0 {
+			g.raiseXID(xidCode)
 		}
 		// The job died with the XID; the GPU sits idle.
 		st = g.idle(noise)
@@ -108,6 +132,8 @@ func (g *simGPU) step(t, dt float64) simState {
 		st.pcieTx = math.Max(80e3+noise(8e3), 0)
 		st.pcieRx = math.Max(80e3+noise(8e3), 0)
 		st.nvlinkMBs = 0
+	case ScenarioECC, ScenarioRowRemap, ScenarioNVLinkErrors, ScenarioPCIeReplay, ScenarioPowerBrake, ScenarioFanFailure, ScenarioMissing:
+		st = g.hardware(t, dt, noise)
 	case ScenarioOrphan:
 		// Nothing runs; the driver still lists orphanMiB for a process
 		// that is gone (orphanPID).
@@ -117,6 +143,9 @@ func (g *simGPU) step(t, dt float64) simState {
 		st.process = true
 	default:
 		st = g.idle(noise)
+	}
+	if g.scenario != ScenarioFanFailure {
+		st.fan = noFan
 	}
 	st.memTemp = st.temp + 6
 	st.memUsedMiB = clamp(st.memUsedMiB, 0, g.memoryMiB-simReservedMiB)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -141,6 +143,11 @@ func (b *Backend) Sample(_ context.Context, now time.Time) *gpu.Sample {
 	b.lastT = t
 	s := gpu.NewSample(now)
 	for _, g := range b.gpus {
+		if g.scenario == ScenarioMissing && t >= missingAt {
+			// Gone from the device list, as after a reboot that did not
+			// bring it back: no series and no error, one GPU fewer.
+			continue
+		}
 		gs := gpu.NewGPUSample(g.info)
 		if g.lostAt(t) {
 			// Off the bus: NVML answers GPU_IS_LOST for every read, and
@@ -149,13 +156,12 @@ func (b *Backend) Sample(_ context.Context, now time.Time) *gpu.Sample {
 			if !g.offBus {
 				// The driver reports XID 79 as the GPU falls off the bus.
 				g.offBus = true
-				g.lastXID = 79
-				g.xidCount++
+				g.raiseXID(79)
 			}
 			// The XID series stay, as in the NVML backend.
 			if b.env.Enabled(gpu.FieldXID) {
 				gs.Set(gpu.FieldXID, float64(g.lastXID))
-				gs.AddXIDCount(g.lastXID, g.xidCount)
+				g.addXIDCounts(gs)
 			}
 			s.AddUnreadGPU(gs, g.lastAt)
 			continue
@@ -205,7 +211,7 @@ func (b *Backend) fill(s *gpu.GPUSample, g *simGPU, st simState) error {
 	set(gpu.FieldMemoryTemp, float64(int64(st.memTemp)))
 	set(gpu.FieldPowerUsage, float64(int64(st.power*1000))/1000)
 	set(gpu.FieldEnergy, float64(int64(g.energyMJ)))
-	set(gpu.FieldPCIeReplay, 0)
+	set(gpu.FieldPCIeReplay, g.hw.pcieReplays)
 	set(gpu.FieldGPUUtil, float64(int64(st.util)))
 	set(gpu.FieldMemCopyUtil, float64(int64(st.memCopyUtil)))
 	set(gpu.FieldEncUtil, 0)
@@ -217,9 +223,17 @@ func (b *Backend) fill(s *gpu.GPUSample, g *simGPU, st simState) error {
 	set(gpu.FieldFBTotal, total)
 	set(gpu.FieldNVLinkBandwidth, float64(int64(st.nvlinkMBs)))
 	set(gpu.FieldVGPULicense, 0)
-	set(gpu.FieldUncRemappedRows, 0)
+	set(gpu.FieldUncRemappedRows, g.hw.uncRemapped)
 	set(gpu.FieldCorRemappedRows, 0)
-	set(gpu.FieldRowRemapFailure, 0)
+	set(gpu.FieldRowRemapFailure, g.hw.remapFailed)
+	set(gpu.FieldRowRemapPending, g.hw.remapPending)
+	set(gpu.FieldRecoveryAction, g.hw.recoveryAction)
+	set(gpu.FieldEnforcedPowerLimit, powerLimitW)
+	if st.fan == noFan {
+		s.SetUnsupported(gpu.FieldFanSpeed)
+	} else {
+		set(gpu.FieldFanSpeed, st.fan)
+	}
 	set(gpu.FieldProfGrEngineActive, st.grActive)
 	set(gpu.FieldProfSMActive, st.smActive)
 	set(gpu.FieldProfSMOccupancy, st.smOccupancy)
@@ -231,10 +245,17 @@ func (b *Backend) fill(s *gpu.GPUSample, g *simGPU, st simState) error {
 	set(gpu.FieldProfNVLinkRxBytes, float64(int64(st.nvlinkMBs*1e6/2)))
 	set(gpu.FieldThermalViolation, float64(int64(g.thermalViolationNs)))
 	for _, f := range []gpu.Field{gpu.FieldPowerViolation, gpu.FieldSyncBoostViolation, gpu.FieldBoardLimitViolation, gpu.FieldLowUtilViolation, gpu.FieldReliabilityViolation,
-		gpu.FieldECCSBEVolTotal, gpu.FieldECCDBEVolTotal, gpu.FieldECCSBEAggTotal, gpu.FieldECCDBEAggTotal, gpu.FieldRetiredSBE, gpu.FieldRetiredDBE, gpu.FieldRetiredPending,
-		gpu.FieldNVLinkCRCFlitErrors, gpu.FieldNVLinkCRCDataErrors, gpu.FieldNVLinkReplayErrors, gpu.FieldNVLinkRecoveryErrors} {
+		gpu.FieldECCSBEVolTotal, gpu.FieldECCSBEAggTotal, gpu.FieldRetiredSBE} {
 		set(f, 0)
 	}
+	set(gpu.FieldECCDBEVolTotal, g.hw.eccDBE)
+	set(gpu.FieldECCDBEAggTotal, g.hw.eccDBE)
+	set(gpu.FieldRetiredDBE, g.hw.retiredDBE)
+	set(gpu.FieldRetiredPending, g.hw.retiredPending)
+	set(gpu.FieldNVLinkCRCFlitErrors, g.hw.nvlinkCRCFlit)
+	set(gpu.FieldNVLinkCRCDataErrors, g.hw.nvlinkCRCData)
+	set(gpu.FieldNVLinkReplayErrors, g.hw.nvlinkReplay)
+	set(gpu.FieldNVLinkRecoveryErrors, g.hw.nvlinkRecovery)
 	set(gpu.FieldPCIeLinkGen, float64(st.pcieGen))
 	set(gpu.FieldPCIeLinkWidth, 16)
 	set(gpu.FieldPCIeLinkMaxGen, 5)
@@ -245,9 +266,7 @@ func (b *Backend) fill(s *gpu.GPUSample, g *simGPU, st simState) error {
 	if b.env.Enabled(gpu.FieldClockEvents) {
 		s.SetClockEvents(st.clockEvents)
 	}
-	if g.xidCount > 0 {
-		s.AddXIDCount(g.lastXID, g.xidCount)
-	}
+	g.addXIDCounts(s)
 	if !b.env.Enabled(gpu.FieldContainerMemory) {
 		return nil
 	}
@@ -302,8 +321,26 @@ type simGPU struct {
 
 	energyMJ           float64
 	thermalViolationNs float64
-	lastXID            uint64
-	xidCount           uint64
+	// lastXID is the last XID the GPU raised, xids how often each code.
+	lastXID uint64
+	xids    map[uint64]uint64
+	hw      hardwareState // the hardware-fault scenarios' counters (hardware.go)
+}
+
+// raiseXID records that the driver reported XID code on the GPU.
+func (g *simGPU) raiseXID(code uint64) {
+	if g.xids == nil {
+		g.xids = map[uint64]uint64{}
+	}
+	g.lastXID = code
+	g.xids[code]++
+}
+
+// addXIDCounts adds the GPU's XID counts by code, in code order, to s.
+func (g *simGPU) addXIDCounts(s *gpu.GPUSample) {
+	for _, code := range slices.Sorted(maps.Keys(g.xids)) {
+		s.AddXIDCount(code, g.xids[code])
+	}
 }
 
 // simBusIDs are the PCI addresses of the GPUs in a DGX H100.

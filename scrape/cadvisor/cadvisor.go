@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	// The runtime factories register themselves with cAdvisor when imported.
 	// Each one probes its runtime at start and, where the runtime is absent,
@@ -17,6 +18,17 @@ import (
 	_ "github.com/google/cadvisor/lib/container/containerd/install"
 	_ "github.com/google/cadvisor/lib/container/crio/install"
 	_ "github.com/google/cadvisor/lib/container/systemd/install"
+
+	// So do the filesystem plugins, without which cAdvisor lists no
+	// filesystem: the root cgroup's container_fs_usage_bytes and
+	// container_fs_limit_bytes per device (HostFilesystemFillingUp) and
+	// the disk of Docker's layers. Not NFS: a hung NFS server would leave
+	// a goroutine stuck in statfs at every housekeeping.
+	_ "github.com/google/cadvisor/lib/fs/btrfs/install"
+	_ "github.com/google/cadvisor/lib/fs/overlay/install"
+	_ "github.com/google/cadvisor/lib/fs/tmpfs/install"
+	_ "github.com/google/cadvisor/lib/fs/vfs/install"
+	_ "github.com/google/cadvisor/lib/fs/zfs/install"
 
 	"github.com/google/cadvisor/lib/cache/memory"
 	"github.com/google/cadvisor/lib/container"
@@ -262,8 +274,11 @@ func (c *Collector) newManager(ctx context.Context) (manager.Manager, error) {
 func (c *Collector) Handler() http.Handler {
 	metricsHandler := promhttp.HandlerFor(c.Gatherer(), promhttp.HandlerOpts{
 		// A container that fails to report must not fail the whole scrape;
-		// cAdvisor counts such failures in container_scrape_error.
+		// cAdvisor counts such failures in container_scrape_error. What
+		// the registry drops (a collector's panic, a duplicate series) is
+		// logged, as it is nowhere else.
 		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(c.logger.Handler(), slog.LevelWarn),
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -329,10 +344,22 @@ func metadataOf(ci *info.ContainerInfo) workload.Metadata {
 // same Spec.Image made safe for a label value. The identity is computed
 // once per cgroup, not per scrape: the cache keeps it until cAdvisor
 // forgets the container (forgetDeleted).
+//
+// Every value is then made a valid label value (workload.LabelValue; the
+// GPU collector writes its id label the same way, so the two still join).
+// cAdvisor's collector builds its series with MustNewConstMetric: one
+// cgroup whose name is not valid UTF-8 (any user with a delegated cgroup
+// subtree can mkdir one) would panic it part-way, and every container
+// after that one in its map's order would be missing from the scrape.
 func withWorkload(labels metrics.ContainerLabelsFunc, cache *workload.Cache) metrics.ContainerLabelsFunc {
 	return func(ci *info.ContainerInfo) map[string]string {
 		set := labels(ci)
 		cache.Get(ci.Name, metadataOf(ci)).AddTo(set)
+		for k, v := range set {
+			if !utf8.ValidString(v) {
+				set[k] = workload.LabelValue(v)
+			}
+		}
 		return set
 	}
 }

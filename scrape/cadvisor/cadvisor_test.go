@@ -1,10 +1,12 @@
 package cadvisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -241,6 +244,14 @@ func TestOOMKillCounted(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := oomEvents(); return ok }, 20*time.Second, 50*time.Millisecond, "container %s in /metrics/cadvisor", id)
 	n, _ := oomEvents()
 	require.Equal(t, 0.0, n, "no OOM kill yet")
+	// The root cgroup counts every kill on the machine (/proc/vmstat).
+	machineEvents := func() float64 {
+		m, err := containerSeries(c, "container_oom_events_total", "/")
+		require.NoError(t, err)
+		require.NotNil(t, m, "the root cgroup in /metrics/cadvisor")
+		return m.GetCounter().GetValue()
+	}
+	machineBefore := machineEvents()
 
 	// The shell waits for a line before it becomes the allocating process,
 	// so that it is in the cgroup, not its parent's, when it allocates.
@@ -259,6 +270,9 @@ func TestOOMKillCounted(t *testing.T) {
 	require.Equal(t, syscall.SIGKILL, status.Signal(), "killed by the OOM killer: %v", err)
 
 	require.Eventually(t, func() bool { n, _ := oomEvents(); return n == 1 }, 20*time.Second, 50*time.Millisecond, "one OOM kill counted for %s", id)
+	if _, ok := vmstatOOMKills("/proc/vmstat"); ok {
+		require.Eventually(t, func() bool { return machineEvents() >= machineBefore+1 }, 20*time.Second, 50*time.Millisecond, "the kill counted for the machine")
+	}
 }
 
 // TestRuntimeEndpoints: the configured sockets reach the flags cAdvisor's
@@ -278,4 +292,63 @@ func TestRuntimeEndpoints(t *testing.T) {
 	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", flag.Lookup("docker").Value.String())
 	require.Equal(t, "unix:///tmp/gpuscope-test/podman.sock", flag.Lookup("podman").Value.String())
 	require.Equal(t, before["containerd"], flag.Lookup("containerd").Value.String())
+}
+
+// TestInvalidUTF8CgroupKeepsEveryContainer: a cgroup whose name is not
+// valid UTF-8 (any user with a delegated cgroup subtree can mkdir one)
+// made cAdvisor's collector panic in MustNewConstMetric part-way through
+// its containers, so those after it in map order were missing from the
+// scrape. Its id is now escaped as the GPU collector escapes it
+// (workload.LabelValue), and every container is served.
+func TestInvalidUTF8CgroupKeepsEveryContainer(t *testing.T) {
+	n := time.Now().UnixNano() % 1e6
+	bad := fmt.Sprintf("gpuscope-bad\xff\xfe-test-%d", n)
+	good := fmt.Sprintf("gpuscope-good-test-%d", n)
+	badDirs, goodDirs := makeCgroup(t, bad), makeCgroup(t, good)
+	for _, dirs := range [][]string{badDirs, goodDirs} {
+		proc := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec sleep 60")
+		require.NoError(t, proc.Start())
+		t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+		joinCgroup(t, dirs, proc.Process.Pid)
+	}
+
+	var logs syncBuffer
+	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	runCollector(t, c)
+
+	escaped := workload.LabelValue("/" + bad)
+	require.Equal(t, fmt.Sprintf(`/gpuscope-bad\xff\xfe-test-%d`, n), escaped)
+	for _, id := range []string{escaped, "/" + good, "/"} {
+		require.Eventually(t, func() bool {
+			m, err := containerSeries(c, "container_cpu_usage_seconds_total", id)
+			require.NoError(t, err, "the gather has no error")
+			return m != nil
+		}, 20*time.Second, 50*time.Millisecond, "container %q in /metrics/cadvisor", id)
+	}
+	rec := httptest.NewRecorder()
+	c.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics/cadvisor", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), fmt.Sprintf(`id="/gpuscope-bad\\xff\\xfe-test-%d"`, n))
+	require.NotContains(t, logs.String(), "level=WARN msg=\"error gathering metrics", logs.String())
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger written from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -2,7 +2,9 @@ package cadvisor
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/google/cadvisor/lib/manager"
@@ -19,15 +21,27 @@ import (
 // 4.13 and later), which includes the cgroup's descendants and lives as
 // long as the cgroup, so it needs no privileges, no /dev/kmsg and survives
 // gpuscope's restarts.
+//
+// The root cgroup (id "/", the whole machine) gets the kernel's count of
+// every OOM kill on the machine, oom_kill in /proc/vmstat: the v2 root has
+// no memory.events, and the v1 root's count is only of the processes in
+// the root cgroup itself. A kill by the machine's own OOM killer (out of
+// memory, not a cgroup at its limit) shows there, whichever cgroup the
+// victim was in.
 type oomKills struct {
 	root string // the memory hierarchy's mount point (v1) or the unified one (v2)
 	file string
+	// vmstat is /proc/vmstat where it has oom_kill, else "".
+	vmstat string
 }
 
 // newOOMKills finds where the kernel keeps the counter, or says why it
 // cannot be read here.
 func newOOMKills() (*oomKills, error) {
 	o := &oomKills{root: "/sys/fs/cgroup", file: "memory.events"}
+	if _, ok := vmstatOOMKills("/proc/vmstat"); ok {
+		o.vmstat = "/proc/vmstat"
+	}
 	if !cgroups.IsCgroup2UnifiedMode() {
 		mnt, err := cgroups.FindCgroupMountpoint("", "memory")
 		if err != nil {
@@ -53,6 +67,9 @@ func newOOMKills() (*oomKills, error) {
 // the hierarchy); ok is false where the cgroup has no memory controller or
 // is gone.
 func (o *oomKills) count(name string) (n uint64, ok bool) {
+	if name == "/" && o.vmstat != "" {
+		return vmstatOOMKills(o.vmstat)
+	}
 	dir := filepath.Join(o.root, filepath.Clean("/"+name))
 	n, err := fscommon.GetValueByKey(dir, o.file, "oom_kill")
 	return n, err == nil
@@ -86,4 +103,20 @@ func (p oomInfoProvider) GetRequestedContainersInfo(name string, options info.Re
 		ci.Stats[len(ci.Stats)-1] = &latest
 	}
 	return infos, err
+}
+
+// vmstatOOMKills reads the machine's OOM kills, the oom_kill line of
+// /proc/vmstat (Linux 4.13 and later).
+func vmstatOOMKills(path string) (uint64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }

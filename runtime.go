@@ -1,14 +1,19 @@
 package main
 
+// This file is the Go runtime's own settings, as Prometheus's main sets
+// them: GOMEMLIMIT from the cgroup's memory limit, GOGC from the config.
+
 import (
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
 	"runtime/debug"
+	"strconv"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/alecthomas/kingpin/v2"
+	promconfig "github.com/prometheus/prometheus/config"
 )
 
 // memLimitFlags are Prometheus's --auto-gomemlimit flags: the Go runtime's
@@ -83,4 +88,21 @@ func humanBytes(b uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTP"[exp])
+}
+
+// applyGoGC sets the garbage collector's target from the config's
+// runtime.gogc, as Prometheus does on every (re)load: Prometheus's
+// default there is 75 (or $GOGC when set), which keeps the heap of a
+// large TSDB head well below Go's default 100. The value is written back
+// to $GOGC so /api/v1/status/runtimeinfo reports it.
+func applyGoGC(c *promconfig.Config, logger *slog.Logger) {
+	old := debug.SetGCPercent(c.Runtime.GoGC)
+	if old != c.Runtime.GoGC {
+		logger.Info("Updated GOGC", "old", old, "new", c.Runtime.GoGC)
+	}
+	if c.Runtime.GoGC >= 0 {
+		os.Setenv("GOGC", strconv.Itoa(c.Runtime.GoGC))
+	} else {
+		os.Setenv("GOGC", "off")
+	}
 }
