@@ -197,10 +197,11 @@ receivers:
 	require.Equal(t, groups, sent)
 
 	// No growth after the first notifications: the goroutines are the
-	// same few (one per aggregation group, the webhook's idle
-	// connections), the heap within 10 % or 1 MB.
+	// same few (one per aggregation group, and the webhook's connections,
+	// some of which close after the first burst), the heap within 10 % or
+	// 1 MB. Fewer is no growth.
 	first, last := samples[0], samples[len(samples)-1]
-	require.InDelta(t, first.goroutines, last.goroutines, 3, "goroutines %d → %d", first.goroutines, last.goroutines)
-	require.InDelta(t, float64(first.heap), float64(last.heap), max(0.1*float64(first.heap), 1e6),
+	require.LessOrEqual(t, last.goroutines, first.goroutines+3, "goroutines %d → %d", first.goroutines, last.goroutines)
+	require.LessOrEqual(t, float64(last.heap), float64(first.heap)+max(0.1*float64(first.heap), 1e6),
 		"heap %.2f → %.2f MB", float64(first.heap)/1e6, float64(last.heap)/1e6)
 }
