@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -265,6 +266,22 @@ scrape_configs:
 		before[name] = len(msgs)
 	}
 	require.NotContains(t, hook.alertnames(), "TargetDown")
+	// The guarantee is Alertmanager's: a notification the log holds is not
+	// sent again. The log is written just after the receiver answered, so
+	// a kill in between would send it again, in gpuscope as in a
+	// standalone Alertmanager; kill once the log on disk has both groups.
+	eventually(t, 30*time.Second, "the notifications in the log on disk", func() error {
+		b, err := os.ReadFile(filepath.Join(data, "alertmanager", "nflog"))
+		if err != nil {
+			return err
+		}
+		for _, name := range firstAlerts {
+			if !bytes.Contains(b, []byte(`alertname="`+name+`"`)) {
+				return fmt.Errorf("%s not logged yet", name)
+			}
+		}
+		return nil
+	})
 
 	p.signal(syscall.SIGKILL)
 	require.Equal(t, -1, p.wait(30*time.Second), "killed by a signal")
