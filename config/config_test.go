@@ -167,6 +167,8 @@ func TestLoadErrors(t *testing.T) {
 		// Not a config at all.
 		{"not a mapping", "- a\n- b\n", "test.yml:1: the config must be a mapping of sections (global, scrape_configs, gpu, ...)"},
 		{"broken YAML", "global:\n  scrape_interval: [1s\n", "test.yml:1: invalid YAML: did not find expected ',' or ']'"},
+		{"misindented key", "global:\n  scrape_interval: 15s\n   evaluation_interval: 30s\n", `test.yml:3: invalid YAML: mapping values are not allowed in this context (check the indentation of this line and the next: YAML nests by indentation, with spaces, and a key needs "key: value")`},
+		{"key given twice in a Prometheus section", "global:\n  scrape_interval: 15s\n  scrape_interval: 30s\n", "test.yml:3: global.scrape_interval: key given twice; keep one"},
 
 		// A file written as one flow mapping is re-rendered before it is
 		// decoded; the lines are still the file's.
