@@ -283,6 +283,23 @@ func reservedJobNames(root *yaml.Node, s *lazySchema, file string, b scrape.Buil
 	return errs
 }
 
+// suggestName adds the name meant to an error naming no built-in rule
+// or group, as unknown keys get theirs.
+func suggestName(err error) error {
+	var u *rules.UnknownNameError
+	if !errors.As(err, &u) {
+		return err
+	}
+	lower := make([]string, len(u.Known))
+	for i, k := range u.Known {
+		lower[i] = strings.ToLower(k)
+	}
+	if c := closest(strings.ToLower(u.Name), lower); c != "" {
+		return fmt.Errorf("%w; did you mean %s?", err, u.Known[slices.Index(lower, c)])
+	}
+	return err
+}
+
 // unjoin lists the errors an errors.Join made, or err alone.
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -356,7 +373,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		} {
 			if err := validate(); err != nil {
 				for _, e := range unjoin(err) {
-					errs = append(errs, s.errorFor(file, e, false))
+					errs = append(errs, s.errorFor(file, suggestName(e), false))
 				}
 			}
 		}

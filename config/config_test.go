@@ -143,6 +143,7 @@ func TestLoadErrors(t *testing.T) {
 		{"key given twice", "gpu:\n  backend: sim\ngpu:\n  backend: none\n", "test.yml:3: gpu: key given twice; keep one"},
 
 		// Values the sections' validation refuses.
+		{"built-in rule misspelt", "rules:\n  builtin:\n    disabled_rules: [GPUMemAlmostFull]\n", "test.yml:3: rules.builtin.disabled_rules: no built-in rule \"GPUMemAlmostFull\" (`gpuscope rules export` lists them); did you mean GPUMemoryAlmostFull?"},
 		{"listen address without a port", "web:\n  listen_address: 9089\n", `test.yml:2: web.listen_address: "9089" is not host:port (e.g. 0.0.0.0:9089 or :9089)`},
 		{"listen port out of range", "web:\n  listen_address: ':99999'\n", `test.yml:2: web.listen_address: port 99999 of ":99999" is not between 0 and 65535`},
 		{"external URL not absolute", "web:\n  external_url: gpu-01:9089\n", `test.yml:2: web.external_url: "gpu-01:9089" is not an absolute URL (e.g. http://gpu-01:9089/)`},
