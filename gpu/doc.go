@@ -55,7 +55,7 @@
 // the unified one on v2), so GPU and CPU use of a container join on id.
 // Its series also carry cAdvisor's name and the workload labels
 // (workload, runtime, image, compose_project, compose_service,
-// slurm_job_id, slurm_step, slurm_user) from the workload.Cache that
+// slurm_job_id, slurm_step, slurm_user, user) from the workload.Cache that
 // Options.Workloads shares with the cAdvisor collector, resolved from the
 // metadata ContainerLookup returns: the same values as on the container's
 // cAdvisor series, so they join on workload as well.
