@@ -145,6 +145,12 @@ func (id Identity) sanitize() Identity {
 
 const ellipsis = "…"
 
+// Clean returns s as Identity's values are made: valid UTF-8, each
+// control character (newlines, tabs, escapes) a space, at most max bytes,
+// cut at a rune boundary and ending in "…" when cut. For other text from
+// outside shown beside them, such as a process's command line.
+func Clean(s string, max int) string { return clean(s, max) }
+
 // clean returns s as valid UTF-8 with each control character (C0, DEL,
 // C1, U+2028, U+2029: newlines, tabs, escapes) replaced by a space and
 // each invalid byte by U+FFFD, cut to at most max bytes at a rune
