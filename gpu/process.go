@@ -122,7 +122,9 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		}
 		p.info = g.pids.info(pid)
 		if p.info.uid != "" {
-			p.user = users.Name(p.info.uid)
+			// passwd is the admin's, but a label value must still be
+			// valid UTF-8.
+			p.user = workload.Clean(users.Name(p.info.uid), workload.MaxValueBytes)
 		}
 		if err != nil {
 			unresolved++

@@ -157,3 +157,48 @@ func TestProcessListMIG(t *testing.T) {
 	require.Empty(t, l.GPUs[3].Processes)
 	require.True(t, l.GPUs[3].Read)
 }
+
+// TestPerProcessSeries: gpu.families.per_process on gives a series per
+// GPU process and metric (pid, user, comm, id), a gone process's with an
+// empty id, and per GPU instance on a GPU in MIG mode; off (the default),
+// none, while the per-container series and the process list are the same.
+func TestPerProcessSeries(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(map[bool]string{false: "off", true: "on"}[on], func(t *testing.T) {
+			m := newMockMachine(t, 1)
+			proc := m.procRoot(t)
+			writeProc(t, proc, 1, "0::/init.scope\n")
+			writeProc(t, proc, 100, "0::/a\n")
+			writeProcInfo(t, proc, 100, 1000, "python3", "python3\x00x.py\x00")
+			m.procs[0] = []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 1 << 30}, {Pid: 103, UsedGpuMemory: 2 << 30}}
+			o := mockOptions(m, newFakeClock())
+			o.ProcRoot = proc
+			o.Config.Families.PerProcess = on
+			c, reg := testCollector(t, o)
+			c.collectOnce(bg)
+			require.Equal(t, float64(1<<30), mustLookup(t, reg, "gpuscope_gpu_container_memory_used_bytes", map[string]string{"id": "/a"}))
+			require.Len(t, c.Processes("").GPUs[0].Processes, 2)
+			mem := gather(t, reg, "gpuscope_gpu_process_memory_used_bytes")
+			sm := gather(t, reg, "gpuscope_gpu_process_sm_utilization_percent")
+			if !on {
+				require.Empty(t, mem)
+				require.Empty(t, sm)
+				return
+			}
+			require.Len(t, mem, 2)
+			require.Len(t, sm, 2)
+			require.Equal(t, float64(1<<30), mustLookup(t, reg, "gpuscope_gpu_process_memory_used_bytes",
+				map[string]string{"gpu": "0", "pid": "100", "user": "1000", "comm": "python3", "id": "/a"}))
+			require.Equal(t, float64(2<<30), mustLookup(t, reg, "gpuscope_gpu_process_memory_used_bytes",
+				map[string]string{"gpu": "0", "pid": "103", "user": "", "comm": "", "id": ""}), "a gone process: no container")
+		})
+	}
+	t.Run("MIG", func(t *testing.T) {
+		mm := newMIGMachine(t, 1)
+		mm.setProcs(2, nvml.ProcessInfo{Pid: 200, UsedGpuMemory: 11000 << 20})
+		_, reg, _ := migCollector(t, mm, func(o *Options) { o.Config.Families.PerProcess = true })
+		require.Equal(t, float64(11000<<20), mustLookup(t, reg, "gpuscope_gpu_process_memory_used_bytes",
+			map[string]string{"gpu": "0", "GPU_I_ID": "5", "GPU_I_PROFILE": "2g.20gb", "pid": "200", "id": "/serve"}))
+		require.Empty(t, gather(t, reg, "gpuscope_gpu_process_sm_utilization_percent"), "no per-process utilisation in MIG mode")
+	})
+}
