@@ -87,6 +87,15 @@
 // /proc read). Zombies are found when their start time is checked, every
 // cycle for up to 8 cached pids.
 //
+// Processes, live: the same reads keep each process's detail, which the
+// per-container sums drop: Collector.Processes returns the last cycle's
+// (pid, real user named from the host's passwd, comm, command line,
+// memory, SM share, container and workload) for /api/v1/gpu/processes
+// and the pages, with no series per pid. Owner and command are read once
+// per process, beside its cgroup. gpu.families.per_process, off by
+// default, publishes them as gpuscope_gpu_process_* for those who want a
+// history and accept a new series per pid (processlist.go).
+//
 // The PCIe saturation alert divides gpuscope_gpu_pcie_{tx,rx}_bytes_per_second
 // (GPM's interval average where available, else NVML's 20 ms sample) by
 // gpuscope_gpu_pcie_max_bandwidth_bytes_per_second.
