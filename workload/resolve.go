@@ -86,7 +86,10 @@ func match(rs []Resolver, path string, md Metadata) Identity {
 		}
 	}
 	if !ok || id.Workload == "" || id.Runtime == "" {
-		id = Identity{Workload: path, Runtime: RuntimeCgroup}
+		// A raw cgroup below a user's slice (a subtree systemd delegated
+		// to the user: a jupyter kernel's, a job runner's) is still the
+		// user's.
+		id = Identity{Workload: path, Runtime: RuntimeCgroup, User: pathUID(path)}
 	}
 	return id
 }

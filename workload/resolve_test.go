@@ -476,9 +476,9 @@ func TestResolve(t *testing.T) {
 			want: Identity{Workload: "user.slice", Runtime: "systemd"},
 		},
 		{
-			name: "a delegated child of a user service is a raw cgroup",
+			name: "a delegated child of a user service is a raw cgroup, still the user's",
 			path: "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service/kernel",
-			want: Identity{Workload: "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service/kernel", Runtime: "cgroup"},
+			want: Identity{Workload: "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service/kernel", Runtime: "cgroup", User: "1000"},
 		},
 		{
 			name: "init scope",
