@@ -121,7 +121,7 @@ func TestLoadErrors(t *testing.T) {
 		{"label value given a list", "global: {external_labels: {a: [1]}}\n", `test.yml:1: global.external_labels.a: a list is not a string`},
 
 		// Unknown keys, with the key meant.
-		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web)"},
+		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web, workloads)"},
 		{"misspelt section", "scrape_config: []\n", "test.yml:1: scrape_config: unknown key (did you mean scrape_configs?)"},
 		{"unknown key in cadvisor", "global: {}\ncadvisor:\n  enabled: true\n  housekeeping: 1s\n", "test.yml:4: cadvisor.housekeeping: unknown key (did you mean housekeeping_interval?)"},
 		{"unknown key in gpu", "gpu:\n  backend: auto\n\n\n  famlies: {}\n", "test.yml:5: gpu.famlies: unknown key (did you mean families?)"},
@@ -212,6 +212,17 @@ func TestLoadFileNamesFileAndResolvesPaths(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{filepath.Join(dir, "rules/*.yml")}, c.Prometheus.RuleFiles)
 	require.Equal(t, p, c.File)
+
+	for file, want := range map[string]string{
+		"passwd":           filepath.Join(dir, "passwd"),
+		"/etc/ldap-passwd": "/etc/ldap-passwd",
+		"":                 "",
+	} {
+		require.NoError(t, os.WriteFile(p, fmt.Appendf(nil, "workloads:\n  passwd_file: %q\n", file), 0o644))
+		c, err = LoadFile(p, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, c.Workloads.PasswdFile, "passwd_file %q", file)
+	}
 
 	require.NoError(t, os.WriteFile(p, []byte("gpu:\n  intervall: 1s\n"), 0o644))
 	_, err = LoadFile(p, nil)
