@@ -120,6 +120,7 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 			Local:          gpuMetrics,
 			Node:           a.nodeName,
 		},
+		GPUProcesses: &gpuProcessSource{node: a.nodeName, local: a.collectors.gpu},
 	})
 	a.collectors.mount(a.web)
 	return a, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	config_util "github.com/prometheus/common/config"
 	"github.com/prometheus/common/version"
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
@@ -267,6 +268,12 @@ func (a *appliance) buildWeb() error {
 			Notifications:  a.notifications,
 		},
 		Self: a.self,
+		GPUProcesses: &gpuProcessSource{
+			node:    a.s.nodeName,
+			local:   a.collectors.gpu,
+			targets: a.scraper.Manager().TargetsActive,
+			client:  func() config_util.HTTPClientConfig { return a.config.Load().Nodes.HTTPClientConfig },
+		},
 	})
 	a.web.MountFederation(web.FederationOptions{
 		Queryable:     a.ready,

@@ -59,8 +59,12 @@ func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger)
 		c   nodeCollectors
 		err error
 		// One identity per cgroup for both collectors, so a container's
-		// GPU series carry the workload labels of its cAdvisor series.
-		workloads = workload.NewCache(nil)
+		// GPU series carry the workload labels of its cAdvisor series,
+		// their user among them, named from the host's passwd.
+		workloads = workload.NewCache(&workload.Options{Users: workload.NewUsers(workload.UsersOptions{
+			PasswdFile: cfg.Workloads.PasswdFile,
+			Logger:     logger.With("component", "workload"),
+		})})
 	)
 	if cfg.Cadvisor.Enabled {
 		c.cadvisor, err = cadvisor.New(cadvisor.Options{

@@ -34,10 +34,15 @@ func TestNodeCollectorsShareWorkloads(t *testing.T) {
 	job := fmt.Sprint(200000 + n)
 	step := parent + "/slurm/uid_1000/job_" + job + "/step_0"
 	unit := parent + "/system.slice/gpuscope-test-" + fmt.Sprint(n) + ".service"
+	session := parent + "/user.slice/user-1000.slice/session-" + fmt.Sprint(n) + ".scope"
 	makeCgroupPath(t, step)
 	makeCgroupPath(t, unit)
+	makeCgroupPath(t, session)
 
 	cfg := config.Default(nil)
+	// The host's passwd as the workloads: section names it.
+	cfg.Workloads.PasswdFile = filepath.Join(t.TempDir(), "passwd")
+	require.NoError(t, os.WriteFile(cfg.Workloads.PasswdFile, []byte("alice:x:1000:1000::/home/alice:/bin/sh\n"), 0o644))
 	cfg.Cadvisor.HousekeepingInterval = model.Duration(200 * time.Millisecond)
 	cfg.GPU.Config, cfg.GPU.Sim = gpu.DefaultConfig(), sim.DefaultConfig()
 	cfg.GPU.Backend = gpu.BackendSim
@@ -46,6 +51,7 @@ func TestNodeCollectorsShareWorkloads(t *testing.T) {
 	cfg.GPU.Sim.GPUs = []sim.GPU{
 		{Scenario: sim.ScenarioTraining, Container: step},
 		{Scenario: sim.ScenarioTraining, Container: unit},
+		{Scenario: sim.ScenarioTraining, Container: session},
 	}
 	c, err := newNodeCollectors(cfg, "node-1", slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
@@ -65,8 +71,9 @@ func TestNodeCollectorsShareWorkloads(t *testing.T) {
 		id   string
 		want map[string]string
 	}{
-		{step, map[string]string{"workload": "job " + job + ".0", "runtime": "slurm", "slurm_job_id": job, "slurm_step": "0", "slurm_user": "1000"}},
-		{unit, map[string]string{"workload": filepath.Base(unit), "runtime": "systemd"}},
+		{step, map[string]string{"workload": "job " + job + ".0", "runtime": "slurm", "slurm_job_id": job, "slurm_step": "0", "slurm_user": "1000", "user": "alice"}},
+		{unit, map[string]string{"workload": filepath.Base(unit), "runtime": "systemd", "user": ""}},
+		{session, map[string]string{"workload": "alice: session-" + fmt.Sprint(n), "runtime": "systemd", "user": "alice"}},
 	} {
 		var cadvisorLabels, gpuLabels map[string]string
 		require.Eventually(t, func() bool {

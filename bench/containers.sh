@@ -249,7 +249,7 @@ for k in (0, 1):
 # Label bytes per series: names and values of every label (what a head
 # series stores, each string with a one-byte length in Prometheus's
 # stringlabels layout, not counted here), and values alone.
-WORKLOAD = ["workload", "runtime", "compose_project", "compose_service", "slurm_job_id", "slurm_step", "slurm_user"]
+WORKLOAD = ["workload", "runtime", "compose_project", "compose_service", "slurm_job_id", "slurm_step", "slurm_user", "user"]
 series = json.load(open(series_f))["data"]
 def size(ls, drop=()):
     kept = {k: v for k, v in ls.items() if k not in drop}

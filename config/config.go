@@ -33,6 +33,7 @@ import (
 	"github.com/gpuscope/gpuscope/scrape"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 	"github.com/gpuscope/gpuscope/scrape/families"
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // DefaultScrapeInterval is the source document's interval: fine enough to
@@ -65,6 +66,8 @@ type Config struct {
 	Rules rules.Config
 	// Accounting prices the run report's energy.
 	Accounting accounting.Config
+	// Workloads says how workloads get their user (the passwd file).
+	Workloads workload.Config
 	// SelfMetrics says which of the process's own families /metrics
 	// exposes, and so which the built-in gpuscope job stores.
 	SelfMetrics SelfMetrics
@@ -173,6 +176,7 @@ type own struct {
 	Nodes       scrape.Nodes      `yaml:"nodes"`
 	Rules       rules.Config      `yaml:"rules"`
 	Accounting  accounting.Config `yaml:"accounting"`
+	Workloads   workload.Config   `yaml:"workloads"`
 	SelfMetrics SelfMetrics       `yaml:"self_metrics"`
 	// Alertmanager is read by loadAlertmanager, with Alertmanager's loader.
 	Alertmanager alertmanagerNode `yaml:"alertmanager"`
@@ -210,6 +214,7 @@ func LoadFile(path string, logger *slog.Logger) (*Config, error) {
 	patterns := slices.Clone(cfg.Prometheus.RuleFiles)
 	cfg.Prometheus.SetDirectory(filepath.Dir(path))
 	cfg.Nodes.SetDirectory(filepath.Dir(path))
+	cfg.Workloads.SetDirectory(filepath.Dir(path))
 	// Rule files are parsed here, so that serve refuses to start, a reload
 	// keeps the old config and `check config` fails, each naming the file
 	// and line of the bad rule.
@@ -281,6 +286,23 @@ func reservedJobNames(root *yaml.Node, s *lazySchema, file string, b scrape.Buil
 		}
 	}
 	return errs
+}
+
+// suggestName adds the name meant to an error naming no built-in rule
+// or group, as unknown keys get theirs.
+func suggestName(err error) error {
+	var u *rules.UnknownNameError
+	if !errors.As(err, &u) {
+		return err
+	}
+	lower := make([]string, len(u.Known))
+	for i, k := range u.Known {
+		lower[i] = strings.ToLower(k)
+	}
+	if c := closest(strings.ToLower(u.Name), lower); c != "" {
+		return fmt.Errorf("%w; did you mean %s?", err, u.Known[slices.Index(lower, c)])
+	}
+	return err
 }
 
 // unjoin lists the errors an errors.Join made, or err alone.
@@ -356,7 +378,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		} {
 			if err := validate(); err != nil {
 				for _, e := range unjoin(err) {
-					errs = append(errs, s.errorFor(file, e, false))
+					errs = append(errs, s.errorFor(file, suggestName(e), false))
 				}
 			}
 		}
@@ -377,6 +399,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		Nodes:        o.Nodes,
 		Rules:        o.Rules,
 		Accounting:   o.Accounting,
+		Workloads:    o.Workloads,
 		SelfMetrics:  o.SelfMetrics,
 		Alertmanager: am,
 		File:         file,

@@ -121,7 +121,7 @@ func TestLoadErrors(t *testing.T) {
 		{"label value given a list", "global: {external_labels: {a: [1]}}\n", `test.yml:1: global.external_labels.a: a list is not a string`},
 
 		// Unknown keys, with the key meant.
-		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web)"},
+		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web, workloads)"},
 		{"misspelt section", "scrape_config: []\n", "test.yml:1: scrape_config: unknown key (did you mean scrape_configs?)"},
 		{"unknown key in cadvisor", "global: {}\ncadvisor:\n  enabled: true\n  housekeeping: 1s\n", "test.yml:4: cadvisor.housekeeping: unknown key (did you mean housekeeping_interval?)"},
 		{"unknown key in gpu", "gpu:\n  backend: auto\n\n\n  famlies: {}\n", "test.yml:5: gpu.famlies: unknown key (did you mean families?)"},
@@ -143,6 +143,7 @@ func TestLoadErrors(t *testing.T) {
 		{"key given twice", "gpu:\n  backend: sim\ngpu:\n  backend: none\n", "test.yml:3: gpu: key given twice; keep one"},
 
 		// Values the sections' validation refuses.
+		{"built-in rule misspelt", "rules:\n  builtin:\n    disabled_rules: [GPUMemAlmostFull]\n", "test.yml:3: rules.builtin.disabled_rules: no built-in rule \"GPUMemAlmostFull\" (`gpuscope rules export` lists them); did you mean GPUMemoryAlmostFull?"},
 		{"listen address without a port", "web:\n  listen_address: 9089\n", `test.yml:2: web.listen_address: "9089" is not host:port (e.g. 0.0.0.0:9089 or :9089)`},
 		{"listen port out of range", "web:\n  listen_address: ':99999'\n", `test.yml:2: web.listen_address: port 99999 of ":99999" is not between 0 and 65535`},
 		{"external URL not absolute", "web:\n  external_url: gpu-01:9089\n", `test.yml:2: web.external_url: "gpu-01:9089" is not an absolute URL (e.g. http://gpu-01:9089/)`},
@@ -167,6 +168,8 @@ func TestLoadErrors(t *testing.T) {
 		// Not a config at all.
 		{"not a mapping", "- a\n- b\n", "test.yml:1: the config must be a mapping of sections (global, scrape_configs, gpu, ...)"},
 		{"broken YAML", "global:\n  scrape_interval: [1s\n", "test.yml:1: invalid YAML: did not find expected ',' or ']'"},
+		{"misindented key", "global:\n  scrape_interval: 15s\n   evaluation_interval: 30s\n", `test.yml:3: invalid YAML: mapping values are not allowed in this context (check the indentation of this line and the next: YAML nests by indentation, with spaces, and a key needs "key: value")`},
+		{"key given twice in a Prometheus section", "global:\n  scrape_interval: 15s\n  scrape_interval: 30s\n", "test.yml:3: global.scrape_interval: key given twice; keep one"},
 
 		// A file written as one flow mapping is re-rendered before it is
 		// decoded; the lines are still the file's.
@@ -209,6 +212,17 @@ func TestLoadFileNamesFileAndResolvesPaths(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{filepath.Join(dir, "rules/*.yml")}, c.Prometheus.RuleFiles)
 	require.Equal(t, p, c.File)
+
+	for file, want := range map[string]string{
+		"passwd":           filepath.Join(dir, "passwd"),
+		"/etc/ldap-passwd": "/etc/ldap-passwd",
+		"":                 "",
+	} {
+		require.NoError(t, os.WriteFile(p, fmt.Appendf(nil, "workloads:\n  passwd_file: %q\n", file), 0o644))
+		c, err = LoadFile(p, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, c.Workloads.PasswdFile, "passwd_file %q", file)
+	}
 
 	require.NoError(t, os.WriteFile(p, []byte("gpu:\n  intervall: 1s\n"), 0o644))
 	_, err = LoadFile(p, nil)

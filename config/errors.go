@@ -49,6 +49,8 @@ var (
 	typeRe    = regexp.MustCompile("^cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
 	jobRe     = regexp.MustCompile(`job[ _]name "([^"]*)"`)
 	dupRe     = regexp.MustCompile(`^mapping key "(.*)" already defined at line \d+$`)
+	// yaml.v2's words for the same, from Prometheus's loader.
+	dupV2Re = regexp.MustCompile(`^field (\S+) already set in type \S+$`)
 	// A message of gpuscope's own validation: "gpu.sim.count: ...".
 	pathRe = regexp.MustCompile(`^([a-z_][a-z0-9_]*(?:\.[A-Za-z0-9_]+|\[\d+\])*): (.*)$`)
 )
@@ -133,7 +135,7 @@ func (s *schema) explain(err error) []*Error {
 	}
 	if m := syntaxRe.FindStringSubmatch(msg); m != nil {
 		line, _ := strconv.Atoi(m[1])
-		return []*Error{{Line: line, Err: errors.New("invalid YAML: " + m[2])}}
+		return []*Error{{Line: line, Err: errors.New("invalid YAML: " + m[2] + syntaxHint(m[2]))}}
 	}
 	if lineRe.MatchString(msg) && !strings.Contains(msg, "\n") {
 		return []*Error{s.explainLine(msg)}
@@ -155,7 +157,11 @@ func (s *schema) explainLine(l string) *Error {
 		}
 		return &Error{Line: line, Key: p.path, Err: errors.New(unknownKey(u[1], candidates(p.parent), !strings.ContainsAny(p.path, ".[")))}
 	}
-	if d := dupRe.FindStringSubmatch(rest); d != nil {
+	d := dupRe.FindStringSubmatch(rest)
+	if d == nil {
+		d = dupV2Re.FindStringSubmatch(rest)
+	}
+	if d != nil {
 		if p, ok := s.keyAt(line, d[1]); ok {
 			return &Error{Line: line, Key: p.path, Err: errors.New("key given twice; keep one")}
 		}
@@ -345,4 +351,20 @@ func cleanDecodeError(msg string) string {
 		return g + " is not valid here"
 	}
 	return msg
+}
+
+// syntaxHint says what usually causes the YAML parser's complaint: it
+// reports where it noticed the problem, often a line before the one to
+// fix.
+func syntaxHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "mapping values are not allowed"),
+		strings.Contains(msg, "did not find expected key"),
+		strings.Contains(msg, "could not find expected ':'"),
+		strings.Contains(msg, "block sequence entries are not allowed"):
+		return " (check the indentation of this line and the next: YAML nests by indentation, with spaces, and a key needs \"key: value\")"
+	case strings.Contains(msg, "found character that cannot start any token"):
+		return " (a tab, or a character such as @ or ` at the start of a value: indent with spaces, and quote such values)"
+	}
+	return ""
 }

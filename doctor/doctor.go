@@ -1,6 +1,6 @@
 // Package doctor checks what gpuscope needs from the machine it runs on:
 // the NVIDIA driver and its GPUs, privileges and namespaces, cgroups, the
-// container runtimes' sockets, the data directory, the listen port,
+// container runtimes' sockets, the passwd that names users, the data directory, the listen port,
 // whether alerts reach anyone, and,
 // when a gpuscope is running, whether it sees containers, scrapes its
 // targets and agrees on the time with its nodes. `gpuscope doctor` prints
@@ -153,6 +153,7 @@ func groups() []group {
 		privilegeChecks,
 		cgroupChecks,
 		runtimeChecks,
+		userChecks,
 		storageChecks,
 		listenChecks,
 		alertChecks,

@@ -46,7 +46,7 @@ func TestRun(t *testing.T) {
 		require.NotEmpty(t, c.Summary, c.Name)
 	}
 	require.Equal(t, []string{"nvml", "driver", "gpus", "gpm", "mig", "xid-kernel-log", "root", "namespaces", "cgroups",
-		"docker", "podman", "containerd", "slurm", "data-dir", "listen", "alerts"}, names)
+		"docker", "podman", "containerd", "slurm", "users", "data-dir", "listen", "alerts"}, names)
 }
 
 func TestWorst(t *testing.T) {

@@ -70,7 +70,7 @@ func TestDoctorHere(t *testing.T) {
 			require.Regexp(t, `^ +→ \S`, lines[i+2], "a %s check without a hint: %s", m[1], l)
 		}
 	}
-	for _, name := range []string{"nvml", "root", "namespaces", "cgroups", "docker", "podman", "containerd", "slurm", "data-dir", "listen", "appliance"} {
+	for _, name := range []string{"nvml", "root", "namespaces", "cgroups", "docker", "podman", "containerd", "slurm", "users", "data-dir", "listen", "appliance"} {
 		require.Contains(t, statuses, name, "check %s missing", name)
 	}
 	require.Regexp(t, `(?m)^ok +data-dir +data/ \(to be created\) writable, `, out)

@@ -121,7 +121,17 @@ func TestBrowserHistory(t *testing.T) {
 		return math.NaN()
 	}
 	require.InDelta(t, 0.5, last(cpuLimit), 1e-9, "the burner's half-core quota")
-	require.Greater(t, last(cpuUsed), 0.8*last(cpuLimit), "the CPU at its limit: %v", cpuUsed)
+	// The median point, not the last: on a loaded machine one step of the
+	// burner can fall short of its quota (0.39 of 0.5 seen once).
+	var drawn []float64
+	for _, v := range cpuUsed {
+		if !math.IsNaN(v) {
+			drawn = append(drawn, v)
+		}
+	}
+	require.NotEmpty(t, drawn, "the CPU line has points")
+	slices.Sort(drawn)
+	require.Greater(t, drawn[len(drawn)/2], 0.8*last(cpuLimit), "the CPU at its limit: %v", cpuUsed)
 	sm := page.series(t, "gpu-sm", fmt.Sprintf("e2e-node GPU %d", input))
 	for i, v := range sm {
 		require.True(t, math.IsNaN(v) || v <= 45, "point %d: the input-bound GPU's SM share is low, not %g", i, v)

@@ -25,7 +25,12 @@ import (
 // cadvisor.podman_endpoint: a container started with `podman run --name`
 // has series with its name as workload, runtime="podman" and its image
 // within a few scrapes, carries the --cpus and --memory limits it was
-// given, and its series go stale once it is removed.
+// given, and its series go stale once it is removed. Its user is root, as
+// it runs; a second container run with --user 1000 has user="alice", the
+// name the configured passwd gives uid 1000. (Rootless Podman is not run:
+// on this cgroup v1 machine without systemd a rootless container gets no
+// cgroup of its own; its layout, below user@<uid>.service, is workload's
+// TestResolve.)
 func TestPodman(t *testing.T) {
 	pkgtest.Require(t, true, "podman", "conmon", pkgtest.BusyboxPath)
 	t.Parallel()
@@ -35,6 +40,8 @@ func TestPodman(t *testing.T) {
 	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), fastConfig+`
 cadvisor:
   podman_endpoint: unix://`+pd.sock+`
+workloads:
+  passwd_file: `+passwdFixture(t)+`
 `))
 
 	// cAdvisor starts a few seconds after /-/ready; the time to the
@@ -74,7 +81,7 @@ cadvisor:
 			return fmt.Errorf("%s: %d series, want 1: %v; libpod cgroups: %v", cpuQuery, len(v), v, byID)
 		}
 		m := v[0].Metric
-		for k, want := range map[model.LabelName]string{"runtime": "podman", "name": name, "image": img} {
+		for k, want := range map[model.LabelName]string{"runtime": "podman", "name": name, "image": img, "user": "root"} {
 			if string(m[k]) != want {
 				return fmt.Errorf("%s=%q, want %q (%v)", k, m[k], want, m)
 			}
@@ -97,6 +104,22 @@ cadvisor:
 		require.Len(t, v, 1, q)
 		require.InDelta(t, want, float64(v[0].Value), 1e-9, q)
 	}
+
+	// Run as uid 1000: its processes are alice's on the host.
+	userName := name + "-user"
+	pd.run(t, nil, "run", "-d", "--name", userName, "--network", "none", "--user", "1000:1000",
+		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", img, "sleep", "3600")
+	eventually(t, 45*time.Second, "the --user container's series with user alice", func() error {
+		q := fmt.Sprintf(`container_memory_usage_bytes{workload=%q}`, userName)
+		v, err := p.instant(q)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 || v[0].Metric["user"] != "alice" || v[0].Metric["runtime"] != "podman" {
+			return fmt.Errorf("%s: %v, want one series with user alice", q, v)
+		}
+		return nil
+	})
 
 	// cAdvisor's series (container_*) go stale; those the rules record
 	// over 1- and 5-minute windows keep the workload until their windows

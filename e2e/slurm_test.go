@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
+	"github.com/gpuscope/gpuscope/workload"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -29,9 +30,13 @@ const slurmNode = "gpuscope-e2e"
 
 // TestSlurm runs a one-node Slurm (munged, slurmctld and slurmd started
 // here, proctrack/cgroup and task/cgroup on the cgroup v1 plugin) and an
-// srun CPU job: the job's cAdvisor series carry runtime="slurm", its job
-// id, step and user and the workload "job <id>.<step>", and go stale
-// when the job ends.
+// srun CPU job submitted by user nobody: the job's cAdvisor series carry
+// runtime="slurm", its job id, step, slurm_user (the uid, as before) and
+// user (nobody, the host passwd's name of the uid) and the workload
+// "job <id>.<step>", and go stale when the job ends. The cgroup v2
+// plugin's layout, whose paths carry no uid, is workload's
+// TestOwnerRealCgroups: this machine's Slurm (22.05) runs the v2 plugin
+// only on a unified hierarchy with its controllers, under systemd.
 func TestSlurm(t *testing.T) {
 	pkgtest.Require(t, true, "munged", "slurmctld", "slurmd", "srun", "sinfo", "scancel")
 	t.Parallel()
@@ -53,7 +58,9 @@ func TestSlurm(t *testing.T) {
 	srun := exec.CommandContext(ctx, "srun", "--job-name=gpuscope-e2e", "-N1", "-n1", "sh", "-c",
 		`echo "$SLURM_JOB_ID $SLURM_STEP_ID"; yes >/dev/null & y=$!; while [ ! -e `+stop+` ]; do sleep 0.2; done; kill $y`)
 	srun.Env = append(os.Environ(), "SLURM_CONF="+s.conf)
-	srun.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Submitted by nobody, so that the job's user is not gpuscope's.
+	srun.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Credential: &syscall.Credential{Uid: slurmJobUID, Gid: slurmJobUID}}
+	srun.Dir = s.dir
 	stdout, err := srun.StdoutPipe()
 	require.NoError(t, err)
 	srunOut := &pkgtest.SyncBuffer{}
@@ -79,7 +86,7 @@ func TestSlurm(t *testing.T) {
 	t.Cleanup(func() {
 		_, _, _ = pkgtest.Cmd{Env: []string{"SLURM_CONF=" + s.conf}, Timeout: 30 * time.Second}.Output("scancel", job)
 	})
-	uid := strconv.Itoa(os.Getuid())
+	uid := strconv.Itoa(slurmJobUID)
 
 	// Slurm's v1 layout: <CgroupPrepend>/uid_<uid>/job_<job>/step_<step>,
 	// with task_<n> below for jobacct_gather/cgroup (cpuacct, memory).
@@ -108,7 +115,7 @@ func TestSlurm(t *testing.T) {
 			if !ok {
 				return fmt.Errorf("no series for cgroup %s among %d: %v", id, len(v), v)
 			}
-			w["runtime"], w["slurm_job_id"], w["slurm_user"] = "slurm", model.LabelValue(job), model.LabelValue(uid)
+			w["runtime"], w["slurm_job_id"], w["slurm_user"], w["user"] = "slurm", model.LabelValue(job), model.LabelValue(uid), model.LabelValue(hostUserName(t, slurmJobUID))
 			for k, val := range w {
 				if m[k] != val {
 					return fmt.Errorf("%s: %s=%q, want %q (%v)", id, k, m[k], val, m)
@@ -178,8 +185,9 @@ func TestSlurmAbsent(t *testing.T) {
 			return err
 		}
 		want := map[string]model.Metric{
-			plain.ID: {"runtime": "cgroup", "workload": model.LabelValue(plain.ID), "slurm_job_id": "", "slurm_step": "", "slurm_user": ""},
-			step.ID:  {"runtime": "slurm", "workload": "job 42.0", "slurm_job_id": "42", "slurm_step": "0", "slurm_user": "1000"},
+			plain.ID: {"runtime": "cgroup", "workload": model.LabelValue(plain.ID), "slurm_job_id": "", "slurm_step": "", "slurm_user": "", "user": ""},
+			// uid 1000 as this machine's passwd names it, else the number.
+			step.ID: {"runtime": "slurm", "workload": "job 42.0", "slurm_job_id": "42", "slurm_step": "0", "slurm_user": "1000", "user": model.LabelValue(hostUserName(t, 1000))},
 		}
 		if len(v) != len(want) {
 			return fmt.Errorf("%d series, want %d: %v", len(v), len(want), v)
@@ -223,6 +231,22 @@ func TestSlurmAbsent(t *testing.T) {
 		require.NotContains(t, strings.ToLower(l), "slurm", "log line about Slurm on a machine without it")
 	}
 }
+
+// hostUserName is what gpuscope names uid by default: its name in the
+// host's /etc/passwd, else the uid.
+func hostUserName(t *testing.T, uid uint32) string {
+	t.Helper()
+	names, _, err := workload.ReadPasswdFile("/etc/passwd")
+	require.NoError(t, err)
+	if n, ok := names[uid]; ok {
+		return n
+	}
+	return strconv.FormatUint(uint64(uid), 10)
+}
+
+// slurmJobUID is the user TestSlurm's job runs as: nobody, whom Debian's
+// /etc/passwd names so (base-passwd), the passwd gpuscope reads by default.
+const slurmJobUID = 65534
 
 // slurm is a one-node Slurm cluster the test started.
 type slurm struct {

@@ -126,6 +126,9 @@ type pidEntry struct {
 	id    string
 	start uint64 // start time in clock ticks since boot; 0 if unreadable
 	seen  uint64
+	// info is the process's owner and command, read the first time the
+	// process list asks (procInfo); nil until then.
+	info *procInfo
 }
 
 // suspect is a listed pid found gone: since is the first cycle of its

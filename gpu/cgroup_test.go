@@ -140,8 +140,10 @@ func TestContainerGrouperCapsAndSorts(t *testing.T) {
 	g.endCycle()
 	require.Equal(t, 1, unresolved)
 	require.Equal(t, []Container{
-		{id: "/a", workload: workload.Identity{Workload: "/a", Runtime: workload.RuntimeCgroup}, memoryBytes: 5, smPercent: 100, processes: 2},
-		{id: "/z", workload: workload.Identity{Workload: "/z", Runtime: workload.RuntimeCgroup}, memoryBytes: 1, processes: 1},
+		{id: "/a", workload: workload.Identity{Workload: "/a", Runtime: workload.RuntimeCgroup}, memoryBytes: 5, smPercent: 100, processes: 2,
+			procs: []gpuProc{{pid: 2, memoryBytes: 2, smPercent: 70}, {pid: 3, memoryBytes: 3, smPercent: 60}}},
+		{id: "/z", workload: workload.Identity{Workload: "/z", Runtime: workload.RuntimeCgroup}, memoryBytes: 1, processes: 1,
+			procs: []gpuProc{{pid: 1, memoryBytes: 1}}},
 	}, out)
 }
 

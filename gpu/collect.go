@@ -25,10 +25,14 @@ type descs struct {
 	containerProcs  *prometheus.Desc
 	orphanMemory    *prometheus.Desc
 	orphanProcs     *prometheus.Desc
-	fieldSupported  *prometheus.Desc
-	lastSample      *prometheus.Desc
-	unifiedMemory   *prometheus.Desc
-	mig             *migDescs // per GPU instance (mig.go)
+	// processMemory and processSM are the opt-in per-process series
+	// (gpu.families.per_process); nil when off.
+	processMemory  *prometheus.Desc
+	processSM      *prometheus.Desc
+	fieldSupported *prometheus.Desc
+	lastSample     *prometheus.Desc
+	unifiedMemory  *prometheus.Desc
+	mig            *migDescs // per GPU instance (mig.go)
 
 	up           *prometheus.Desc
 	backendInfo  *prometheus.Desc
@@ -42,7 +46,7 @@ type descs struct {
 	interval     *prometheus.Desc
 }
 
-func newDescs(enabled fieldSet, hostnameLabel string) *descs {
+func newDescs(enabled fieldSet, hostnameLabel string, perProcess bool) *descs {
 	dcgm := []string{"gpu", "UUID", "pci_bus_id", "device", "modelName"}
 	if hostnameLabel != HostnameLabelNone {
 		dcgm = append(dcgm, hostnameLabel)
@@ -78,6 +82,10 @@ func newDescs(enabled fieldSet, hostnameLabel string) *descs {
 			containerProcsHelp, container, nil)
 		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, dcgm, nil)
 		d.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, dcgm, nil)
+		if perProcess {
+			d.processMemory = prometheus.NewDesc(processMemoryName, processMemoryHelp, processLabels, nil)
+			d.processSM = prometheus.NewDesc(processSMName, processSMHelp, processLabels, nil)
+		}
 	}
 	d.fieldSupported = prometheus.NewDesc("gpuscope_gpu_field_supported",
 		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
@@ -277,6 +285,7 @@ func (d *descs) render(r *renderer, s *Sample) {
 		if d.containerMemory != nil {
 			renderContainers(r, d.containerMemory, d.containerProcs, d.containerSM, g.set, g.containers, info.ownLabels[0], info.ownLabels[1])
 			renderOrphans(r, d.orphanMemory, d.orphanProcs, g, info.dcgmLabels)
+			renderProcesses(r, d.processMemory, d.processSM, g, info.ownLabels[0], info.ownLabels[1])
 		}
 		d.renderUnified(r, g)
 		renderSupported(r, d.fieldSupported, d.enabled, g.set, g.unsupported, info.ownLabels[0], info.ownLabels[1])
@@ -362,5 +371,46 @@ func renderSupported(r *renderer, desc *prometheus.Desc, enabled, set, unsupport
 			continue
 		}
 		r.add(desc, prometheus.GaugeValue, v, append([]string{gpu, uuid, fields[f].name}, instance...)...)
+	}
+}
+
+// The opt-in per-process series (gpu.families.per_process): one series
+// per GPU process and metric, labelled by pid. Each new process is a new
+// series, which is why they are off by default; the live process list
+// (Collector.Processes) needs no series at all.
+const (
+	processMemoryName = "gpuscope_gpu_process_memory_used_bytes"
+	processMemoryHelp = "GPU memory the driver lists for a GPU process (gpu.families.per_process): pid, its real user, comm (the kernel's name for it) and id (its cgroup, as on gpuscope_gpu_container_*; empty for a process that is gone)."
+	processSMName     = "gpuscope_gpu_process_sm_utilization_percent"
+	processSMHelp     = "SM utilization of a GPU process averaged over the sampling interval, as gpuscope_gpu_container_sm_utilization_percent sums it per container (gpu.families.per_process)."
+)
+
+// processLabels are the per-process series' labels.
+var processLabels = []string{"gpu", "UUID", "pid", "user", "comm", "id"}
+
+// renderProcesses renders the per-process series of a GPU (or GPU
+// instance: its labels after the process's), when they are on and the
+// GPU's processes were read. Memory the driver withholds is left out, as
+// for containers; SM only where the per-process utilisation was read.
+func renderProcesses(r *renderer, mem, sm *prometheus.Desc, g *GPUSample, gpu, uuid string, instance ...string) {
+	if mem == nil || !g.set.has(FieldContainerMemory) {
+		return
+	}
+	render := func(p gpuProc, id string) {
+		lv := append([]string{gpu, uuid, pidLabel(p.pid), p.user, p.info.comm, id}, instance...)
+		if !p.memoryUnknown {
+			r.add(mem, prometheus.GaugeValue, float64(p.memoryBytes), lv...)
+		}
+		if g.set.has(FieldContainerSM) {
+			r.add(sm, prometheus.GaugeValue, p.smPercent, lv...)
+		}
+	}
+	for _, c := range g.containers {
+		for _, p := range c.procs {
+			render(p, c.id)
+		}
+	}
+	for _, p := range g.orphans.procs {
+		render(p, "")
 	}
 }

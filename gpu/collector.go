@@ -164,7 +164,7 @@ func New(o Options) (*Collector, error) {
 		timeout:    timeout,
 		auto:       o.Config.Backend == BackendAuto,
 		now:        o.Now,
-		d:          newDescs(enabled, o.Config.HostnameLabel),
+		d:          newDescs(enabled, o.Config.HostnameLabel, o.Config.Families.PerProcess),
 		lastErrMsg: map[errKey]string{},
 		errCount:   map[errKey]float64{},
 	}

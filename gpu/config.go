@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -69,6 +70,13 @@ type Families struct {
 	// NVLinkErrors: DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL. Default on
 	// (GPUNVLinkErrors).
 	NVLinkErrors bool `yaml:"nvlink_errors"`
+	// PerProcess: gpuscope_gpu_process_* (GPU memory and SM utilisation
+	// per GPU process, labelled pid, user, comm and id). Default off:
+	// every process that uses a GPU adds series of its own (a new pid is
+	// a new series), which the per-container series and the live process
+	// list (Collector.Processes) do without. Needs Processes, with which
+	// the processes are read.
+	PerProcess bool `yaml:"per_process"`
 }
 
 // DefaultConfig returns the config used when the file does not set a key.
@@ -100,6 +108,9 @@ func (c Config) Validate() error {
 	// GPM computes its metrics from two samples more than 100 ms apart.
 	if c.Interval > 0 && c.Interval <= model.Duration(100*time.Millisecond) {
 		return fmt.Errorf("gpu.interval: %s is not above the minimum of 100ms", c.Interval)
+	}
+	if c.Families.PerProcess && !c.Families.Processes {
+		return errors.New("gpu.families.per_process: needs gpu.families.processes, with which the GPU processes are read")
 	}
 	switch c.HostnameLabel {
 	case HostnameLabelDCGM, HostnameLabelLower, HostnameLabelNone:

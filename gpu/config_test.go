@@ -48,7 +48,7 @@ families:
 
 	// Every key set round-trips, so every field has a yaml tag.
 	all := Config{Backend: BackendSim, Interval: model.Duration(5 * time.Second), Timeout: model.Duration(time.Second), HostnameLabel: HostnameLabelNone,
-		Families: Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}}
+		Families: Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true, PerProcess: true}}
 	var buf bytes.Buffer
 	require.NoError(t, yaml.NewEncoder(&buf).Encode(all))
 	back, err := decode(t, buf.String())
@@ -71,6 +71,9 @@ func TestConfigValidate(t *testing.T) {
 		{"interval above the minimum", func(c *Config) { c.Interval = model.Duration(101 * time.Millisecond) }, ""},
 		{"timeout", func(c *Config) { c.Timeout = model.Duration(-time.Second) }, "gpu.timeout: must not be negative"},
 		{"hostname label", func(c *Config) { c.HostnameLabel = "host" }, `gpu.hostname_label: unknown value "host" (want Hostname, hostname or none)`},
+		{"per-process series", func(c *Config) { c.Families.PerProcess = true }, ""},
+		{"per-process series without the processes", func(c *Config) { c.Families.PerProcess, c.Families.Processes = true, false },
+			"gpu.families.per_process: needs gpu.families.processes, with which the GPU processes are read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

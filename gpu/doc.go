@@ -55,7 +55,7 @@
 // the unified one on v2), so GPU and CPU use of a container join on id.
 // Its series also carry cAdvisor's name and the workload labels
 // (workload, runtime, image, compose_project, compose_service,
-// slurm_job_id, slurm_step, slurm_user) from the workload.Cache that
+// slurm_job_id, slurm_step, slurm_user, user) from the workload.Cache that
 // Options.Workloads shares with the cAdvisor collector, resolved from the
 // metadata ContainerLookup returns: the same values as on the container's
 // cAdvisor series, so they join on workload as well.
@@ -86,6 +86,15 @@
 // is not enough (a process that exits between the driver's list and the
 // /proc read). Zombies are found when their start time is checked, every
 // cycle for up to 8 cached pids.
+//
+// Processes, live: the same reads keep each process's detail, which the
+// per-container sums drop: Collector.Processes returns the last cycle's
+// (pid, real user named from the host's passwd, comm, command line,
+// memory, SM share, container and workload) for /api/v1/gpu/processes
+// and the pages, with no series per pid. Owner and command are read once
+// per process, beside its cgroup. gpu.families.per_process, off by
+// default, publishes them as gpuscope_gpu_process_* for those who want a
+// history and accept a new series per pid (processlist.go).
 //
 // The PCIe saturation alert divides gpuscope_gpu_pcie_{tx,rx}_bytes_per_second
 // (GPM's interval average where available, else NVML's 20 ms sample) by

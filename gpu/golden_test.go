@@ -31,7 +31,7 @@ func TestGoldenExposition(t *testing.T) {
 		{"nvml_default.golden", func(*Config) {}},
 		{"nvml_all_families.golden", func(c *Config) {
 			c.HostnameLabel = HostnameLabelLower
-			c.Families = Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true}
+			c.Families = Families{Profiling: true, Processes: true, ECC: true, RetiredPages: true, Violations: true, ClockEvents: true, NVLinkErrors: true, PerProcess: true}
 		}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -39,6 +39,7 @@ func TestGoldenExposition(t *testing.T) {
 			m.gpm[1] = false
 			proc := t.TempDir()
 			writeProc(t, proc, 4242, "4:cpu,cpuacct:/system.slice/docker-0123abcd.scope\n0::/system.slice/docker-0123abcd.scope\n")
+			writeProcInfo(t, proc, 4242, 1000, "python3", "python3\x00train.py\x00")
 			m.procs[0] = []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 1000 << 20}}
 			clock := newFakeClock()
 			now := uint64(clock.Now().UnixMicro()) // driver timestamps are wall-clock µs

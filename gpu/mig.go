@@ -139,6 +139,8 @@ type migDescs struct {
 	containerProcs  *prometheus.Desc
 	orphanMemory    *prometheus.Desc
 	orphanProcs     *prometheus.Desc
+	processMemory   *prometheus.Desc
+	processSM       *prometheus.Desc
 	fieldSupported  *prometheus.Desc
 }
 
@@ -161,6 +163,10 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
 		m.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withMIG(dcgm), nil)
 	}
+	if d.processMemory != nil {
+		m.processMemory = prometheus.NewDesc(processMemoryName, processMemoryHelp, withMIG(processLabels), nil)
+		m.processSM = prometheus.NewDesc(processSMName, processSMHelp, withMIG(processLabels), nil)
+	}
 	m.fieldSupported = prometheus.NewDesc("gpuscope_gpu_field_supported",
 		"1 if the GPU reported the field (a metric name) in the last sample, 0 if the driver says the GPU does not support it, in which case the series is omitted. Fields that failed are absent here and counted in gpuscope_gpu_collector_errors_total.",
 		withMIG([]string{"gpu", "UUID", "field"}), nil)
@@ -181,6 +187,7 @@ func (d *descs) renderInstances(r *renderer, g *GPUSample) {
 		if m.containerMemory != nil {
 			renderContainers(r, m.containerMemory, m.containerProcs, m.containerSM, is.set, is.containers, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 			renderOrphans(r, m.orphanMemory, m.orphanProcs, &is.GPUSample, info.dcgmLabels)
+			renderProcesses(r, m.processMemory, m.processSM, &is.GPUSample, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 		}
 		renderSupported(r, m.fieldSupported, d.enabled&instanceFields, is.set, is.unsupported, info.ownLabels[0], info.ownLabels[1], info.profile, info.ownLabels[3])
 	}

@@ -216,13 +216,16 @@ func TestContainerGrouperOrphans(t *testing.T) {
 	writeZombie(t, proc, 12)
 	g := newContainerGrouper(proc, newContainerNamer(nil, nil))
 	procs := []nvml.ProcessInfo{{Pid: 11, UsedGpuMemory: 2 << 30}, {Pid: 12, UsedGpuMemory: ^uint64(0)}}
+	// Listed as gone from the first cycle: the process list says what
+	// /proc shows now.
+	gone := []gpuProc{{pid: 11, memoryBytes: 2 << 30, gone: true}, {pid: 12, memoryUnknown: true, gone: true}}
 	for _, want := range []struct {
 		orphans    Orphans
 		unresolved int
 	}{
-		{Orphans{}, 2},
-		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0}, // the zombie's memory withheld: counted, not summed
-		{Orphans{memoryBytes: 2 << 30, processes: 2}, 0},
+		{Orphans{procs: gone}, 2},
+		{Orphans{memoryBytes: 2 << 30, processes: 2, procs: gone}, 0}, // the zombie's memory withheld: counted, not summed
+		{Orphans{memoryBytes: 2 << 30, processes: 2, procs: gone}, 0},
 	} {
 		g.beginCycle()
 		out, orphans, unresolved := g.group(procs, nil, smWindow{})

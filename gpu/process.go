@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -103,8 +105,10 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		return nil, orphans, 0
 	}
 	clear(g.byID)
+	users := g.namer.cache.Users()
 	for pid, u := range g.perPID {
 		id, state, err := g.pids.resolve(pid)
+		p := gpuProc{pid: pid, memoryBytes: uint64(u.memoryBytes), memoryUnknown: u.memoryUnknown, smPercent: w.share(u)}
 		if state != pidLive {
 			if g.pids.orphaned(pid) {
 				orphans.processes++
@@ -112,10 +116,19 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 			} else {
 				unresolved++
 			}
+			p.gone = true
+			orphans.procs = append(orphans.procs, p)
 			continue
+		}
+		p.info = g.pids.info(pid)
+		if p.info.uid != "" {
+			// passwd is the admin's, but a label value must still be
+			// valid UTF-8.
+			p.user = workload.Clean(users.Name(p.info.uid), workload.MaxValueBytes)
 		}
 		if err != nil {
 			unresolved++
+			orphans.procs = append(orphans.procs, p)
 			continue
 		}
 		i, ok := g.byID[id]
@@ -127,12 +140,15 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		c := &out[i]
 		c.memoryBytes += u.memoryBytes
 		c.memoryUnknown = c.memoryUnknown || u.memoryUnknown
-		c.smPercent += w.share(u)
+		c.smPercent += p.smPercent
 		c.processes++
+		c.procs = append(c.procs, p)
 	}
 	for i := range out {
 		out[i].smPercent = min(out[i].smPercent, 100)
+		slices.SortFunc(out[i].procs, byPID)
 	}
+	slices.SortFunc(orphans.procs, byPID)
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out, orphans, unresolved
 }
@@ -162,6 +178,10 @@ func (w smWindow) share(u pidUsage) float64 {
 type Orphans struct {
 	memoryBytes float64
 	processes   int
+	// procs are the processes the driver lists that are in no container:
+	// gone (orphans from their second cycle), or whose cgroup could not
+	// be read; for the process list.
+	procs []gpuProc
 }
 
 // containerNamer gives a container its labels besides its id: cAdvisor's
@@ -224,3 +244,5 @@ func (n *containerNamer) usage(id string) Container {
 	l := &n.labels[i]
 	return Container{id: l.id, name: l.name, workload: l.workload}
 }
+
+func byPID(a, b gpuProc) int { return cmp.Compare(a.pid, b.pid) }

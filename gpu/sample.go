@@ -140,6 +140,9 @@ type Container struct {
 	memoryUnknown bool
 	smPercent     float64
 	processes     int
+	// procs are the processes, for the process list and the per-process
+	// series.
+	procs []gpuProc
 }
 
 // sample is one complete cycle: what a scrape is served until the next.

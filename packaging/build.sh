@@ -153,8 +153,10 @@ image() {
 	# travel to the daemon, and no .dockerignore is needed.
 	ctx=$(mktemp -d)
 	# EXIT, not RETURN: under set -e a failed docker build ends the script
-	# without returning from here.
-	trap 'rm -rf "$ctx"' EXIT
+	# without returning from here; $ctx is expanded now, as the local is
+	# gone by then.
+	# shellcheck disable=SC2064
+	trap "rm -rf -- '$ctx'" EXIT
 	git ls-files -z --cached --others --exclude-standard |
 		tar --null -T - --ignore-failed-read -cf - | tar -C "$ctx" -xf -
 	if [ -n "${DOCKER_VENDOR:-}" ]; then

@@ -147,7 +147,7 @@ func (c Config) Validate() error {
 	groups, rules := packNames()
 	for _, g := range b.DisabledGroups {
 		if !slices.Contains(groups, g) {
-			return fmt.Errorf("rules.builtin.disabled_groups: no built-in group %q (want one of %s)", g, strings.Join(groups, ", "))
+			return &UnknownNameError{Key: "rules.builtin.disabled_groups", Kind: "group", Name: g, Known: groups}
 		}
 	}
 	for _, g := range b.EnabledGroups {
@@ -157,10 +157,24 @@ func (c Config) Validate() error {
 	}
 	for _, r := range b.DisabledRules {
 		if !slices.Contains(rules, r) {
-			return fmt.Errorf("rules.builtin.disabled_rules: no built-in rule %q (`gpuscope rules export` lists them)", r)
+			return &UnknownNameError{Key: "rules.builtin.disabled_rules", Kind: "rule", Name: r, Known: rules}
 		}
 	}
 	return nil
+}
+
+// UnknownNameError is a rules.builtin setting that names no built-in
+// group or rule; Known lets the config loader suggest the one meant.
+type UnknownNameError struct {
+	Key, Kind, Name string
+	Known           []string
+}
+
+func (e *UnknownNameError) Error() string {
+	if e.Kind == "group" {
+		return fmt.Sprintf("%s: no built-in group %q (want one of %s)", e.Key, e.Name, strings.Join(e.Known, ", "))
+	}
+	return fmt.Sprintf("%s: no built-in %s %q (`gpuscope rules export` lists them)", e.Key, e.Kind, e.Name)
 }
 
 // packNames returns the pack's group names and rule names (alert or

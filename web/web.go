@@ -62,6 +62,9 @@ type Options struct {
 	// Self, when set, is the in-memory listener the built-in scrape jobs
 	// dial; Run serves the collectors' endpoints (only those) on it.
 	Self *SelfListener
+	// GPUProcesses, when set, serves /api/v1/gpu/processes (serve and
+	// agent alike).
+	GPUProcesses GPUProcessSource
 }
 
 // StatusLine is one line of the status page.
@@ -159,6 +162,9 @@ func New(o Options) *Handler {
 		e.Any(p, echo.WrapHandler(h.metricsMux))
 	}
 
+	if o.GPUProcesses != nil {
+		e.GET("/api/v1/gpu/processes", gpuProcesses(o.GPUProcesses))
+	}
 	if o.API != nil {
 		api := newAPI(*o.API, o.ListenAddress, o.ExternalURL, o.CORSOrigin, h.testReady, o.Gatherer, o.Registerer, o.Logger.With("component", "api"))
 		apiHandler := echo.WrapHandler(registerAPI(api))

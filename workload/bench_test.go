@@ -50,6 +50,17 @@ func BenchmarkCacheGet(b *testing.B) {
 			c.Get(path, Metadata{})
 		}
 	})
+	b.Run("with_users", func(b *testing.B) {
+		// A Cache that names users: the look at passwd's refresh time
+		// added to each hit.
+		cu := NewCache(&Options{Users: NewUsers(UsersOptions{PasswdFile: "/etc/passwd"})})
+		session := "/user.slice/user-1000.slice/session-3.scope"
+		cu.Get(session, Metadata{})
+		b.ReportAllocs()
+		for b.Loop() {
+			cu.Get(session, Metadata{})
+		}
+	})
 	b.Run("parallel_1000", func(b *testing.B) {
 		paths := make([]string, 1000)
 		for i := range paths {

@@ -47,7 +47,7 @@ func (Docker) Resolve(path string, md Metadata) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	return containerIdentity(RuntimeDocker, md, RuntimeDocker+"-"+id[:12]), true
+	return containerIdentity(RuntimeDocker, path, md, RuntimeDocker+"-"+id[:12]), true
 }
 
 // Podman recognises Podman's container cgroups:
@@ -91,7 +91,7 @@ func (Podman) Resolve(path string, md Metadata) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	ident := containerIdentity(RuntimePodman, md, RuntimePodman+"-"+id[:12])
+	ident := containerIdentity(RuntimePodman, path, md, RuntimePodman+"-"+id[:12])
 	ident.Workload += suffix
 	return ident, true
 }
@@ -137,7 +137,7 @@ func (Containerd) Resolve(path string, md Metadata) (Identity, bool) {
 	if !ok {
 		return Identity{}, false
 	}
-	return containerIdentity(RuntimeContainerd, md, fallback), true
+	return containerIdentity(RuntimeContainerd, path, md, fallback), true
 }
 
 // Compose gives a compose service's containers the workload
@@ -166,8 +166,12 @@ func Compose(md Metadata) (workload, project, service string, ok bool) {
 	return workload, project, service, true
 }
 
-func containerIdentity(runtime string, md Metadata, fallback string) Identity {
-	id := Identity{Runtime: runtime, Workload: md.Name}
+// containerIdentity is a container's identity. A rootless container's
+// path names its owner (the user's service manager, user@<uid>.service,
+// holds it); a rootful one's User is left for a Cache with Users to find
+// from its processes.
+func containerIdentity(runtime, path string, md Metadata, fallback string) Identity {
+	id := Identity{Runtime: runtime, Workload: md.Name, User: pathUID(path)}
 	if w, project, service, ok := Compose(md); ok {
 		id.Workload, id.ComposeProject, id.ComposeService = w, project, service
 	}

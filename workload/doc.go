@@ -22,6 +22,17 @@
 // an error. A Cache computes each cgroup's identity once and is told by
 // the caller (Forget) when cAdvisor forgets the container.
 //
+// The user: Identity.User says whose a workload is, from what the path
+// names (user-<uid>.slice and user@<uid>.service for a user's sessions,
+// units and rootless containers; uid_<uid> for Slurm's cgroup v1 jobs),
+// else, for a Cache given Users, from the processes in the cgroup (the
+// tasks of a Slurm job on the cgroup v2 plugin; a rootful container's
+// init, which --user sets). Users names uids from the host's passwd
+// (<host root>/etc/passwd, cAdvisor's /rootfs rule), re-read when it
+// changes; a uid it does not name stays a number. No socket and no NSS
+// call is made: a scrape never waits on a directory server. A user's
+// session or unit is named with its user, "alice: session-3".
+//
 // Label values come from outside (container names, compose labels, cgroup
 // directory names): every value is made valid UTF-8, control characters
 // (newlines included) become spaces and lengths are bounded
@@ -40,6 +51,8 @@
 //	slurm_job_id     Slurm job id (the SLUID where Slurm names the job so)
 //	slurm_step       Slurm step: 0, 1, ..., batch, extern, interactive
 //	slurm_user       the job's user: a name from Metadata, else the uid
+//	                 of a cgroup v1 path (kept as it was, for compatibility)
+//	user             whose it is: a name from the host's passwd, else the uid
 //
 // "job" is not used for Slurm's job id because Prometheus gives every
 // scraped series a job label of its own.

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -21,6 +22,8 @@ func FuzzResolve(f *testing.F) {
 		{path: "/system.slice/node1_slurmstepd.scope/job_42/step_batch/user/task_0"},
 		{path: "/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0"},
 		{path: "/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service"},
+		{path: "/user.slice/user-1000.slice/session-3.scope"},
+		{path: "/user.slice/user-4294967295.slice/user@4294967295.service/app.slice/run-u1.scope"},
 		{path: "", name: "\xff\n\u2028" + strings.Repeat("🚀", 100)},
 		{path: "/" + strings.Repeat("é", 300), image: strings.Repeat("\x85", 300)},
 	} {
@@ -49,6 +52,69 @@ func FuzzResolve(f *testing.F) {
 						t.Fatalf("%s=%q has control character %U", LabelNames()[i], v, r)
 					}
 				}
+			}
+		}
+	})
+}
+
+// FuzzPathUID: whatever the path, the uid found is empty or a decimal
+// below 2^32 that the path names as user-<uid>.slice or
+// user@<uid>.service, and a Slurm v2 job directory is a prefix of the
+// path ending in a job directory.
+func FuzzPathUID(f *testing.F) {
+	for _, p := range []string{
+		"/user.slice/user-1000.slice/session-3.scope",
+		"/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service",
+		"/user.slice/user-1000.slice/user@1001.service/user.slice/libpod-" + id1 + ".scope",
+		"/user.slice/user-.slice/user@.service", "/user.slice/user-4294967296.slice/session-1.scope", "/user-1/user@x.service", "user@4294967296.service",
+		"/system.slice/node1_slurmstepd.scope/job_42/step_0/user/task_0",
+		"/system.slice/slurmstepd.scope/sEKNKTV3WPV500", "slurmstepd.scope/job_1", "/xslurmstepd.scope/job_1/",
+	} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		if uid := pathUID(path); uid != "" {
+			if _, err := strconv.ParseUint(uid, 10, 32); err != nil || !isDigits(uid, 10) {
+				t.Fatalf("pathUID(%q) = %q, not a uid", path, uid)
+			}
+			if !strings.Contains(path, "user-"+uid+".slice") && !strings.Contains(path, "user@"+uid+".service") {
+				t.Fatalf("pathUID(%q) = %q, which the path does not name", path, uid)
+			}
+		}
+		if job, ok := slurmJobDir(path); ok {
+			if !strings.HasPrefix(path, job) || (len(path) > len(job) && path[len(job)] != '/') {
+				t.Fatalf("slurmJobDir(%q) = %q, not a directory of the path", path, job)
+			}
+			if !isSlurmJobDir(job[strings.LastIndexByte(job, '/')+1:], true) {
+				t.Fatalf("slurmJobDir(%q) = %q, not a job directory", path, job)
+			}
+		}
+	})
+}
+
+// FuzzParsePasswd: whatever the content, every name is a non-empty field
+// without ':' or a line end, and the malformed lines are increasing line
+// numbers of the content.
+func FuzzParsePasswd(f *testing.F) {
+	f.Add("root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/sh\n")
+	f.Add("+::::::\n# c\n\nbad\n:x:1:1:::\nx:x:-1:0:::\n")
+	f.Add("a:b:4294967295:c:d:e:f\r\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		names, malformed := ParsePasswd([]byte(in))
+		lines := strings.Count(in, "\n") + 1
+		for uid, name := range names {
+			if name == "" || strings.ContainsAny(name, ":\n") {
+				t.Fatalf("uid %d: name %q", uid, name)
+			}
+		}
+		for i, n := range malformed {
+			if n < 1 || n > lines || (i > 0 && n <= malformed[i-1]) {
+				t.Fatalf("malformed lines %v of %d", malformed, lines)
+			}
+		}
+		if uid, ok := StatusUID([]byte(in)); ok {
+			if _, err := strconv.ParseUint(uid, 10, 32); err != nil {
+				t.Fatalf("StatusUID: %q", uid)
 			}
 		}
 	})

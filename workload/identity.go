@@ -24,6 +24,7 @@ const (
 	LabelSlurmJobID     = "slurm_job_id"
 	LabelSlurmStep      = "slurm_step"
 	LabelSlurmUser      = "slurm_user"
+	LabelUser           = "user"
 )
 
 // Bounds on label values, in bytes. A longer value is cut at a rune
@@ -48,6 +49,13 @@ type Identity struct {
 	SlurmJob       string
 	SlurmStep      string
 	SlurmUser      string
+	// User is whose the workload is: a user name from the host's passwd,
+	// else the uid in decimal (see Users). A Resolver sets it to the uid
+	// the path names (user-<uid>.slice, user@<uid>.service, Slurm's
+	// uid_<uid>) or to Metadata.User; ResolveWith and Cache turn a uid
+	// into a name, and a Cache with Users finds the owner of a Slurm v2
+	// job or a rootful container from its processes.
+	User string
 }
 
 // Label is one Prometheus label pair.
@@ -58,11 +66,12 @@ type Label struct {
 // pairs is every label of the identity, empty values included, in the
 // order of LabelNames; an array, so the callers below allocate nothing
 // they do not return.
-func (id Identity) pairs() [8]Label {
-	return [8]Label{
+func (id Identity) pairs() [9]Label {
+	return [9]Label{
 		{LabelWorkload, id.Workload}, {LabelRuntime, id.Runtime}, {LabelImage, id.Image},
 		{LabelComposeProject, id.ComposeProject}, {LabelComposeService, id.ComposeService},
 		{LabelSlurmJobID, id.SlurmJob}, {LabelSlurmStep, id.SlurmStep}, {LabelSlurmUser, id.SlurmUser},
+		{LabelUser, id.User},
 	}
 }
 
@@ -130,10 +139,17 @@ func (id Identity) sanitize() Identity {
 	id.SlurmJob = clean(id.SlurmJob, MaxValueBytes)
 	id.SlurmStep = clean(id.SlurmStep, MaxValueBytes)
 	id.SlurmUser = clean(id.SlurmUser, MaxValueBytes)
+	id.User = clean(id.User, MaxValueBytes)
 	return id
 }
 
 const ellipsis = "…"
+
+// Clean returns s as Identity's values are made: valid UTF-8, each
+// control character (newlines, tabs, escapes) a space, at most max bytes,
+// cut at a rune boundary and ending in "…" when cut. For other text from
+// outside shown beside them, such as a process's command line.
+func Clean(s string, max int) string { return clean(s, max) }
 
 // clean returns s as valid UTF-8 with each control character (C0, DEL,
 // C1, U+2028, U+2029: newlines, tabs, escapes) replaced by a space and

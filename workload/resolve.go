@@ -22,9 +22,10 @@ type Metadata struct {
 	// fits no default layout, still be recognised by its 64-hex id.
 	Runtime string
 	// User is the owner of a Slurm job when the caller knows it (a user
-	// name). Slurm's cgroup v1 paths carry the uid and are used without
-	// it; v2 paths carry no user, and nothing is looked up: without User
-	// the slurm_user label is empty there.
+	// name), for slurm_user and user. Slurm's cgroup v1 paths carry the
+	// uid and are used without it; v2 paths carry none, so slurm_user is
+	// empty there without User (user is then found by a Cache with Users,
+	// from the job's processes).
 	User string
 }
 
@@ -58,8 +59,16 @@ func Resolve(path string, md Metadata) Identity {
 // workload the path itself ("/" for an empty path). Every value of the
 // result is valid UTF-8 without control characters and within
 // MaxWorkloadBytes or MaxValueBytes. The image comes from md.Image
-// whatever the runtime.
+// whatever the runtime. The user is what the path or md says, a uid left
+// as a number: ResolveWith reads no file (a Cache with Users names uids
+// and finds owners from processes).
 func ResolveWith(rs []Resolver, path string, md Metadata) Identity {
+	return finish(match(rs, path, md), md, nil)
+}
+
+// match returns the identity the first of rs (nil: the defaults) that
+// recognises path gives, else the raw path's; values are not cleaned.
+func match(rs []Resolver, path string, md Metadata) Identity {
 	if path == "" {
 		path = "/"
 	}
@@ -77,7 +86,24 @@ func ResolveWith(rs []Resolver, path string, md Metadata) Identity {
 		}
 	}
 	if !ok || id.Workload == "" || id.Runtime == "" {
-		id = Identity{Workload: path, Runtime: RuntimeCgroup}
+		// A raw cgroup below a user's slice (a subtree systemd delegated
+		// to the user: a jupyter kernel's, a job runner's) is still the
+		// user's.
+		id = Identity{Workload: path, Runtime: RuntimeCgroup, User: pathUID(path)}
+	}
+	return id
+}
+
+// finish completes a matched identity: a uid in User becomes its name in
+// the host's passwd (users nil, or a uid passwd does not know: the uid),
+// a user's systemd unit is named "<user>: <unit>", the image comes from
+// md, and every value is cleaned.
+func finish(id Identity, md Metadata, users *Users) Identity {
+	if isUID(id.User) && users != nil {
+		id.User = users.Name(id.User)
+	}
+	if id.Runtime == RuntimeSystemd && id.User != "" {
+		id.Workload = id.User + ": " + id.Workload
 	}
 	if id.Image == "" {
 		id.Image = md.Image

@@ -53,7 +53,7 @@ func TestResolve(t *testing.T) {
 			name: "docker rootless, systemd driver",
 			path: "/user.slice/user-1000.slice/user@1000.service/user.slice/docker-" + id1 + ".scope",
 			md:   llama,
-			want: Identity{Workload: "llama-train", Runtime: "docker", Image: "ghcr.io/acme/llama:3.1"},
+			want: Identity{Workload: "llama-train", Runtime: "docker", Image: "ghcr.io/acme/llama:3.1", User: "1000"},
 		},
 		{
 			name: "docker without a socket: short id",
@@ -176,12 +176,17 @@ func TestResolve(t *testing.T) {
 			name: "podman rootless",
 			path: "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + id1 + ".scope/container",
 			md:   Metadata{Name: "notebook"},
-			want: Identity{Workload: "notebook", Runtime: "podman"},
+			want: Identity{Workload: "notebook", Runtime: "podman", User: "1000"},
 		},
 		{
 			name: "podman rootless without split",
 			path: "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + id1 + ".scope",
-			want: Identity{Workload: "podman-3f2a8c1d5e6b", Runtime: "podman"},
+			want: Identity{Workload: "podman-3f2a8c1d5e6b", Runtime: "podman", User: "1000"},
+		},
+		{
+			name: "podman rootless conmon, the service manager's uid wins",
+			path: "/user.slice/user-1000.slice/user@1001.service/user.slice/libpod-conmon-" + id1 + ".scope",
+			want: Identity{Workload: "podman-3f2a8c1d5e6b/conmon", Runtime: "podman", User: "1001"},
 		},
 		{
 			name: "podman cgroupfs driver",
@@ -287,53 +292,53 @@ func TestResolve(t *testing.T) {
 		{
 			name: "slurm v1 task",
 			path: "/slurm/uid_1000/job_42/step_0/task_0",
-			want: Identity{Workload: "job 42.0/task_0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "1000"},
+			want: Identity{Workload: "job 42.0/task_0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 step",
 			path: "/slurm/uid_1000/job_42/step_0",
-			want: Identity{Workload: "job 42.0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "1000"},
+			want: Identity{Workload: "job 42.0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 batch step",
 			path: "/slurm/uid_1000/job_42/step_batch",
-			want: Identity{Workload: "job 42.batch", Runtime: "slurm", SlurmJob: "42", SlurmStep: "batch", SlurmUser: "1000"},
+			want: Identity{Workload: "job 42.batch", Runtime: "slurm", SlurmJob: "42", SlurmStep: "batch", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 extern step",
 			path: "/slurm/uid_1000/job_42/step_extern",
-			want: Identity{Workload: "job 42.extern", Runtime: "slurm", SlurmJob: "42", SlurmStep: "extern", SlurmUser: "1000"},
+			want: Identity{Workload: "job 42.extern", Runtime: "slurm", SlurmJob: "42", SlurmStep: "extern", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 job",
 			path: "/slurm/uid_1000/job_42",
-			want: Identity{Workload: "job 42", Runtime: "slurm", SlurmJob: "42", SlurmUser: "1000"},
+			want: Identity{Workload: "job 42", Runtime: "slurm", SlurmJob: "42", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 user",
 			path: "/slurm/uid_1000",
-			want: Identity{Workload: "user 1000", Runtime: "slurm", SlurmUser: "1000"},
+			want: Identity{Workload: "user 1000", Runtime: "slurm", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 user name from metadata",
 			path: "/slurm/uid_1000/job_42/step_0",
 			md:   Metadata{User: "alice"},
-			want: Identity{Workload: "job 42.0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "alice"},
+			want: Identity{Workload: "job 42.0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "alice", User: "alice"},
 		},
 		{
 			name: "slurm v1 multiple slurmd, interactive step",
 			path: "/slurm_node1/uid_0/job_7/step_interactive",
-			want: Identity{Workload: "job 7.interactive", Runtime: "slurm", SlurmJob: "7", SlurmStep: "interactive", SlurmUser: "0"},
+			want: Identity{Workload: "job 7.interactive", Runtime: "slurm", SlurmJob: "7", SlurmStep: "interactive", SlurmUser: "0", User: "0"},
 		},
 		{
 			name: "slurm v1 heterogeneous step",
 			path: "/slurm/uid_1000/job_43/step_0+1/task_2",
-			want: Identity{Workload: "job 43.0+1/task_2", Runtime: "slurm", SlurmJob: "43", SlurmStep: "0+1", SlurmUser: "1000"},
+			want: Identity{Workload: "job 43.0+1/task_2", Runtime: "slurm", SlurmJob: "43", SlurmStep: "0+1", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 custom CgroupPrepend",
 			path: "/hpc/uid_1000/job_42/step_1",
-			want: Identity{Workload: "job 42.1", Runtime: "slurm", SlurmJob: "42", SlurmStep: "1", SlurmUser: "1000"},
+			want: Identity{Workload: "job 42.1", Runtime: "slurm", SlurmJob: "42", SlurmStep: "1", SlurmUser: "1000", User: "1000"},
 		},
 		{
 			name: "slurm v1 root is no workload",
@@ -366,7 +371,7 @@ func TestResolve(t *testing.T) {
 			name: "slurm v2 job, user from metadata",
 			path: "/system.slice/node1_slurmstepd.scope/job_42",
 			md:   Metadata{User: "alice"},
-			want: Identity{Workload: "job 42", Runtime: "slurm", SlurmJob: "42", SlurmUser: "alice"},
+			want: Identity{Workload: "job 42", Runtime: "slurm", SlurmJob: "42", SlurmUser: "alice", User: "alice"},
 		},
 		{
 			name: "slurm v2 extern step, custom slice",
@@ -431,19 +436,49 @@ func TestResolve(t *testing.T) {
 			want: Identity{Workload: `system-systemd\x2dfsck.slice`, Runtime: "systemd"},
 		},
 		{
-			name: "login session",
+			name: "login session: the user, then the scope without .scope",
 			path: "/user.slice/user-1000.slice/session-3.scope",
-			want: Identity{Workload: "session-3.scope", Runtime: "systemd"},
+			want: Identity{Workload: "1000: session-3", Runtime: "systemd", User: "1000"},
+		},
+		{
+			name: "a user's slice",
+			path: "/user.slice/user-1000.slice",
+			want: Identity{Workload: "1000: user-1000.slice", Runtime: "systemd", User: "1000"},
 		},
 		{
 			name: "user manager",
 			path: "/user.slice/user-1000.slice/user@1000.service",
-			want: Identity{Workload: "user@1000.service", Runtime: "systemd"},
+			want: Identity{Workload: "1000: user@1000.service", Runtime: "systemd", User: "1000"},
 		},
 		{
-			name: "user service",
+			name: "user service, not the system's jupyter.service",
 			path: "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service",
-			want: Identity{Workload: "user@1000/jupyter.service", Runtime: "systemd"},
+			want: Identity{Workload: "1000: jupyter.service", Runtime: "systemd", User: "1000"},
+		},
+		{
+			name: "systemd-run --user --scope",
+			path: "/user.slice/user-1000.slice/user@1000.service/app.slice/run-u42.scope",
+			want: Identity{Workload: "1000: run-u42", Runtime: "systemd", User: "1000"},
+		},
+		{
+			name: "root's session",
+			path: "/user.slice/user-0.slice/session-c1.scope",
+			want: Identity{Workload: "0: session-c1", Runtime: "systemd", User: "0"},
+		},
+		{
+			name: "a uid past 32 bits' digits is no user",
+			path: "/user.slice/user-12345678901.slice/session-3.scope",
+			want: Identity{Workload: "session-3.scope", Runtime: "systemd"},
+		},
+		{
+			name: "user.slice itself has no user",
+			path: "/user.slice",
+			want: Identity{Workload: "user.slice", Runtime: "systemd"},
+		},
+		{
+			name: "a delegated child of a user service is a raw cgroup, still the user's",
+			path: "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service/kernel",
+			want: Identity{Workload: "/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service/kernel", Runtime: "cgroup", User: "1000"},
 		},
 		{
 			name: "init scope",
@@ -629,16 +664,16 @@ func TestResolveWithOrder(t *testing.T) {
 }
 
 func TestLabels(t *testing.T) {
-	id := Identity{Workload: "job 42.0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "1000"}
+	id := Identity{Workload: "job 42.0", Runtime: "slurm", SlurmJob: "42", SlurmStep: "0", SlurmUser: "1000", User: "1000"}
 	require.Equal(t, []Label{
 		{"workload", "job 42.0"}, {"runtime", "slurm"},
-		{"slurm_job_id", "42"}, {"slurm_step", "0"}, {"slurm_user", "1000"},
+		{"slurm_job_id", "42"}, {"slurm_step", "0"}, {"slurm_user", "1000"}, {"user", "1000"},
 	}, id.Labels())
 	require.Equal(t, []string{
 		"workload", "runtime", "image", "compose_project", "compose_service",
-		"slurm_job_id", "slurm_step", "slurm_user",
+		"slurm_job_id", "slurm_step", "slurm_user", "user",
 	}, LabelNames())
-	require.Equal(t, []string{"job 42.0", "slurm", "", "", "", "42", "0", "1000"}, id.Values())
+	require.Equal(t, []string{"job 42.0", "slurm", "", "", "", "42", "0", "1000", "1000"}, id.Values())
 
 	m := map[string]string{"id": "/docker/" + id1, "name": "app-web-1", "image": "nginx:1.27"}
 	Identity{Workload: "app/web", Runtime: "docker", Image: "nginx:1.27", ComposeProject: "app", ComposeService: "web"}.AddTo(m)

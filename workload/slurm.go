@@ -25,9 +25,12 @@ import (
 // v2). Every cgroup keeps a workload of its own because cgroup statistics
 // are hierarchical: a step's use includes its tasks', and a shared name
 // would add them up twice; group by slurm_job_id and slurm_step instead.
-// A v1 user directory is "user <uid>". The user is md.User when given,
-// else the uid of a v1 path; a v2 path has no user and nothing is looked
-// up, so slurm_user is empty there without md.User.
+// A v1 user directory is "user <uid>". slurm_user is md.User when given,
+// else the uid of a v1 path; a v2 path has no user, so slurm_user is
+// empty there without md.User (as it always was: the label is kept
+// unchanged for the queries that read it). User, the user label, is the
+// same md.User or v1 uid; on v2 a Cache with Users finds it from the
+// job's processes (Users: the owner of its tasks).
 type Slurm struct{}
 
 // Runtime implements Resolver.
@@ -63,6 +66,7 @@ func slurmIdentity(rest []string, uid string, md Metadata, v2 bool) (Identity, b
 	if id.SlurmUser == "" {
 		id.SlurmUser = uid
 	}
+	id.User = id.SlurmUser
 	if len(rest) == 0 {
 		if id.SlurmUser == "" {
 			return Identity{}, false
@@ -116,4 +120,23 @@ func isSlurmStep(s string) bool {
 	}
 	n, het, isHet := strings.Cut(s, "+")
 	return isDigits(n, 10) && (!isHet || isDigits(het, 10))
+}
+
+// slurmJobDir returns the job directory of a path of Slurm's cgroup v2
+// layout (…/[<node>_]slurmstepd.scope/job_<job>, or the SLUID), the path
+// itself or an ancestor; false for any other path.
+func slurmJobDir(path string) (string, bool) {
+	i := strings.Index(path, "slurmstepd.scope/")
+	if i < 0 {
+		return "", false
+	}
+	scope := path[:i+len("slurmstepd.scope")]
+	if j := strings.LastIndexByte(scope, '/'); j < 0 || (scope[j+1:] != "slurmstepd.scope" && !strings.HasSuffix(scope, "_slurmstepd.scope")) {
+		return "", false
+	}
+	job, _, _ := strings.Cut(path[i+len("slurmstepd.scope/"):], "/")
+	if !isSlurmJobDir(job, true) {
+		return "", false
+	}
+	return scope + "/" + job, true
 }

@@ -1,17 +1,25 @@
 package workload
 
 import (
+	"strconv"
 	"strings"
 )
 
 // Systemd recognises a cgroup that is a systemd unit, the last element of
 // the path being a unit name of a type that has a cgroup (.service,
 // .scope, .slice, .socket, .mount, .swap): /system.slice/nginx.service is
-// "nginx.service", /user.slice/user-1000.slice/session-3.scope is
-// "session-3.scope". A unit of a user's service manager
-// (…/user@1000.service/app.slice/foo.service) is "user@1000/foo.service",
-// so it is not taken for the system's foo.service. It is tried after the
-// container runtimes and Slurm, whose cgroups are scopes too.
+// "nginx.service". It is tried after the container runtimes and Slurm,
+// whose cgroups are scopes too.
+//
+// A user's work (below user-<uid>.slice: login sessions, the user's
+// service manager user@<uid>.service and its units) has that uid as its
+// User and is named by its unit with the user in front once the uid has
+// a name (ResolveWith, Cache): /user.slice/user-1000.slice/session-3.scope
+// is "alice: session-3", …/user@1000.service/app.slice/jupyter.service is
+// "alice: jupyter.service" (not the system's jupyter.service), with
+// "1000: session-3" where passwd does not name uid 1000. A scope drops
+// its ".scope": its name is an id systemd made up (session-3, run-u42),
+// while a service or slice keeps the name someone gave it.
 type Systemd struct{}
 
 // Runtime implements Resolver.
@@ -19,21 +27,59 @@ func (Systemd) Runtime() string { return RuntimeSystemd }
 
 // Resolve implements Resolver.
 func (Systemd) Resolve(path string, _ Metadata) (Identity, bool) {
-	dir, base := splitBase(path)
+	_, base := splitBase(path)
 	if !isUnitName(base) {
 		return Identity{}, false
 	}
-	w := base
-	if i := strings.Index(dir, "/user@"); i >= 0 {
-		comp := dir[i+1:]
-		if j := strings.IndexByte(comp, '/'); j >= 0 {
-			comp = comp[:j]
+	id := Identity{Workload: base, Runtime: RuntimeSystemd, User: pathUID(path)}
+	if id.User != "" {
+		id.Workload = strings.TrimSuffix(base, ".scope")
+	}
+	return id, true
+}
+
+// pathUID returns the uid that a path below a user's slice names: that of
+// the user's service manager (user@<uid>.service), else of the slice
+// (user-<uid>.slice); "" when the path names none. Rootless Docker and
+// Podman put their containers below the user's service manager, so it
+// also names the owner of a rootless container.
+func pathUID(path string) string {
+	if !strings.Contains(path, "/user") {
+		return ""
+	}
+	slice := ""
+	for rest := path; rest != ""; {
+		var elem string
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			elem, rest = rest[:i], rest[i+1:]
+		} else {
+			elem, rest = rest, ""
 		}
-		if uid, ok := strings.CutSuffix(comp[len("user@"):], ".service"); ok && isDigits(uid, 10) {
-			w = "user@" + uid + "/" + base
+		if uid, ok := between(elem, "user@", ".service"); ok && isUID(uid) {
+			return uid
+		}
+		if uid, ok := between(elem, "user-", ".slice"); ok && isUID(uid) && slice == "" {
+			slice = uid
 		}
 	}
-	return Identity{Workload: w, Runtime: RuntimeSystemd}, true
+	return slice
+}
+
+// isUID reports whether s is a uid in decimal: below 2^32.
+func isUID(s string) bool {
+	if !isDigits(s, 10) {
+		return false
+	}
+	_, err := strconv.ParseUint(s, 10, 32)
+	return err == nil
+}
+
+// between returns what s has between prefix and suffix.
+func between(s, prefix, suffix string) (string, bool) {
+	if len(s) < len(prefix)+len(suffix) || !strings.HasPrefix(s, prefix) || !strings.HasSuffix(s, suffix) {
+		return "", false
+	}
+	return s[len(prefix) : len(s)-len(suffix)], true
 }
 
 // isUnitName reports whether s is a systemd unit name (at most 255

@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -101,4 +106,54 @@ func TestSimPIDJoinsItsContainer(t *testing.T) {
 		sampleOnce(t, c)
 		require.Equal(t, 1.0, gputest.MustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0"}))
 	})
+}
+
+// TestSimPIDUser: a simulated GPU given the pid of a process that uid
+// 1000 runs in a login session's cgroup: its per-container series carry
+// user="alice" and the workload "alice: session-7" (the host passwd, here
+// a fixture, names uid 1000), and the collector's live process list has
+// the process with its user and command.
+func TestSimPIDUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups and running a process as another user needs root")
+	}
+	hier := cgroupRoot
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
+		if hier = v1Hierarchy(cgroupRoot, "cpu"); hier == "" {
+			t.Skip("no cpu cgroup hierarchy")
+		}
+	}
+	top := fmt.Sprintf("/gpuscope-test-user-%d", os.Getpid())
+	id := top + "/user.slice/user-1000.slice/session-7.scope"
+	require.NoError(t, os.MkdirAll(filepath.Join(hier, id), 0o755))
+	t.Cleanup(func() {
+		for d := id; d != "/"; d = filepath.Dir(d) {
+			for i := 0; i < 50 && os.Remove(filepath.Join(hier, d)) != nil; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	})
+	cmd := exec.Command("sleep", "300")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.NoError(t, os.WriteFile(filepath.Join(hier, id, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644))
+
+	passwd := filepath.Join(t.TempDir(), "passwd")
+	require.NoError(t, os.WriteFile(passwd, []byte("alice:x:1000:1000::/home/alice:/bin/sh\n"), 0o644))
+	o := simOptions(gputest.NewClock(), GPU{Scenario: ScenarioTraining, PID: cmd.Process.Pid})
+	o.ProcRoot = "/proc"
+	o.Workloads = workload.NewCache(&workload.Options{Users: workload.NewUsers(workload.UsersOptions{PasswdFile: passwd})})
+	c, reg := testCollector(t, o)
+	sampleOnce(t, c)
+	want := map[string]string{"gpu": "0", "id": id, "workload": "alice: session-7", "runtime": "systemd", "user": "alice"}
+	for _, m := range []string{"gpuscope_gpu_container_memory_used_bytes", "gpuscope_gpu_container_sm_utilization_percent", "gpuscope_gpu_container_processes"} {
+		gputest.MustLookup(t, reg, m, want)
+	}
+	procs := c.Processes("0").GPUs[0].Processes
+	require.Len(t, procs, 1)
+	require.Equal(t, uint32(cmd.Process.Pid), procs[0].PID)
+	require.Equal(t, "alice", procs[0].User)
+	require.Equal(t, "sleep 300", procs[0].Command)
+	require.Equal(t, "alice: session-7", procs[0].Container.Workload)
 }

@@ -28,7 +28,13 @@ if [ "$action" = install ]; then
         echo "gpuscope: could not enable gpuscope.service; enable it with: systemctl enable --now gpuscope" >&2
 fi
 
-[ -d /run/systemd/system ] || exit 0
+if [ ! -d /run/systemd/system ]; then
+    # A chroot, a container, or a machine booted without systemd: say how
+    # to run it, once, rather than leave the user wondering.
+    [ "$action" = install ] &&
+        echo "gpuscope: installed but not started (systemd is not running here); start it with: systemctl start gpuscope, or run /usr/bin/gpuscope serve --config.file=/etc/gpuscope/gpuscope.yml --storage.tsdb.path=/var/lib/gpuscope as user gpuscope" >&2
+    exit 0
+fi
 
 systemctl daemon-reload || true
 if [ "$action" = install ]; then

@@ -3,6 +3,7 @@ package cadvisor
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,8 +16,8 @@ import (
 )
 
 // TestWorkloadLabels runs the real cAdvisor manager against hand-made
-// cgroups laid out as a systemd unit, a Slurm (cgroup v1 plugin) step and
-// a plain directory: every series of each carries its workload identity
+// cgroups laid out as a systemd unit, a user's login session, a Slurm
+// (cgroup v1 plugin) step and a plain directory: every series of each carries its workload identity
 // beside cAdvisor's own id label, with no label twice. All of them sit
 // under one parent of the test's own, so that runs never clash and the
 // host's real slices are not touched (the resolvers read the last
@@ -28,12 +29,16 @@ func TestWorkloadLabels(t *testing.T) {
 	job := fmt.Sprint(100000 + n)
 	service := parent + "/system.slice/" + unit
 	step := parent + "/slurm/uid_1000/job_" + job + "/step_0"
+	session := parent + "/user.slice/user-1000.slice/session-" + job + ".scope"
 	for _, dir := range []string{parent, parent + "/system.slice", service,
-		parent + "/slurm", parent + "/slurm/uid_1000", parent + "/slurm/uid_1000/job_" + job, step} {
+		parent + "/slurm", parent + "/slurm/uid_1000", parent + "/slurm/uid_1000/job_" + job, step,
+		parent + "/user.slice", parent + "/user.slice/user-1000.slice", session} {
 		makeCgroup(t, dir[1:])
 	}
 
-	cache := workload.NewCache(nil)
+	passwd := filepath.Join(t.TempDir(), "passwd")
+	require.NoError(t, os.WriteFile(passwd, []byte("alice:x:1000:1000::/home/alice:/bin/sh\n"), 0o644))
+	cache := workload.NewCache(&workload.Options{Users: workload.NewUsers(workload.UsersOptions{PasswdFile: passwd})})
 	c, err := New(Options{Config: DefaultConfig(), Interval: 200 * time.Millisecond, Workloads: cache})
 	require.NoError(t, err)
 	runCollector(t, c)
@@ -43,9 +48,10 @@ func TestWorkloadLabels(t *testing.T) {
 		want map[string]string // the workload labels; any other is absent
 	}{
 		{service, map[string]string{"workload": unit, "runtime": "systemd"}},
-		{step, map[string]string{"workload": "job " + job + ".0", "runtime": "slurm", "slurm_job_id": job, "slurm_step": "0", "slurm_user": "1000"}},
+		{step, map[string]string{"workload": "job " + job + ".0", "runtime": "slurm", "slurm_job_id": job, "slurm_step": "0", "slurm_user": "1000", "user": "alice"}},
+		{session, map[string]string{"workload": "alice: session-" + job, "runtime": "systemd", "user": "alice"}},
 		{parent, map[string]string{"workload": parent, "runtime": "cgroup"}},
-		{parent + "/slurm/uid_1000", map[string]string{"workload": "user 1000", "runtime": "slurm", "slurm_user": "1000"}},
+		{parent + "/slurm/uid_1000", map[string]string{"workload": "user 1000", "runtime": "slurm", "slurm_user": "1000", "user": "alice"}},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			var series []*dto.Metric

@@ -125,7 +125,7 @@ func WorkloadCases() []WorkloadCase {
 	wantTrain := map[string]string{
 		"workload": "shop/train", "runtime": "docker", "image": "nvcr.io/nvidia/pytorch:24.01-py3",
 		"compose_project": "shop", "compose_service": "train",
-		"slurm_job_id": "", "slurm_step": "", "slurm_user": "",
+		"slurm_job_id": "", "slurm_step": "", "slurm_user": "", "user": "",
 	}
 	var cases []WorkloadCase
 	for _, tc := range []struct {
@@ -149,14 +149,14 @@ func WorkloadCases() []WorkloadCase {
 			want: map[string]map[string]string{DockerTrain: {
 				"workload": "docker-3f2a1b4c5d6e", "runtime": "docker", "image": "",
 				"compose_project": "", "compose_service": "",
-				"slurm_job_id": "", "slurm_step": "", "slurm_user": "",
+				"slurm_job_id": "", "slurm_step": "", "slurm_user": "", "user": "",
 			}},
 		},
 	} {
 		want := map[string]map[string]string{SlurmStep: {
 			"workload": "job 42.0", "runtime": "slurm", "image": "",
 			"compose_project": "", "compose_service": "",
-			"slurm_job_id": "42", "slurm_step": "0", "slurm_user": "1000",
+			"slurm_job_id": "42", "slurm_step": "0", "slurm_user": "1000", "user": "1000",
 		}}
 		for id, labels := range tc.want {
 			want[id] = labels
