@@ -120,7 +120,7 @@ func newAgent(f *agentFlags, logger *slog.Logger) (*agent, error) {
 			Local:          gpuMetrics,
 			Node:           a.nodeName,
 		},
-		GPUProcesses: &gpuProcessSource{node: a.nodeName, local: a.collectors.gpu},
+		GPUProcesses: web.NewNodeProcesses(web.NodeProcessesOptions{Node: a.nodeName, Local: a.collectors.gpu}),
 	})
 	a.collectors.mount(a.web)
 	return a, nil

@@ -268,12 +268,12 @@ func (a *appliance) buildWeb() error {
 			Notifications:  a.notifications,
 		},
 		Self: a.self,
-		GPUProcesses: &gpuProcessSource{
-			node:    a.s.nodeName,
-			local:   a.collectors.gpu,
-			targets: a.scraper.Manager().TargetsActive,
-			client:  func() config_util.HTTPClientConfig { return a.config.Load().Nodes.HTTPClientConfig },
-		},
+		GPUProcesses: web.NewNodeProcesses(web.NodeProcessesOptions{
+			Node:    a.s.nodeName,
+			Local:   a.collectors.gpu,
+			Targets: a.scraper.Manager().TargetsActive,
+			Client:  func() config_util.HTTPClientConfig { return a.config.Load().Nodes.HTTPClientConfig },
+		}),
 	})
 	a.web.MountFederation(web.FederationOptions{
 		Queryable:     a.ready,

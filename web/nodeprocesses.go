@@ -1,4 +1,4 @@
-package main
+package web
 
 import (
 	"context"
@@ -15,21 +15,40 @@ import (
 
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/scrape"
-	"github.com/gpuscope/gpuscope/web"
 )
 
-// gpuProcessSource answers /api/v1/gpu/processes (web.GPUProcessSource):
-// this node's GPU processes from its collector and, on an appliance, an
-// agent's from the agent's own endpoint, found among the node-gpu job's
-// targets and asked with the nodes: section's HTTP client config (TLS,
-// basic auth), as the agent's scrapes are made. Nothing is stored.
-type gpuProcessSource struct {
-	node  string
-	local *gpu.Collector // nil when gpu.backend is none
-	// targets and client are nil on an agent, which has no nodes.
+// NodeProcessesOptions says where a NodeProcesses finds the processes.
+type NodeProcessesOptions struct {
+	// Node is this node's name, the answer for node "".
+	Node string
+	// Local is this node's GPU collector, nil when gpu.backend is none.
+	Local *gpu.Collector
+	// Targets and Client are nil on an agent, which has no nodes: the
+	// scrape manager's active targets, among which the node-gpu job's are
+	// the agents to ask, and the nodes: section's HTTP client config in
+	// effect.
+	Targets func() map[string][]*promscrape.Target
+	Client  func() config_util.HTTPClientConfig
+	// Timeout bounds a question to an agent (default 5 s).
+	Timeout time.Duration
+}
+
+// NodeProcesses is the GPUProcessSource of serve and agent: this node's
+// GPU processes from its collector and, on an appliance, an agent's from
+// the agent's own endpoint, asked with the nodes: section's HTTP client
+// config (TLS, basic auth) as the agent's scrapes are made. Nothing is
+// stored.
+type NodeProcesses struct {
+	node    string
+	local   *gpu.Collector
 	targets func() map[string][]*promscrape.Target
 	client  func() config_util.HTTPClientConfig
 	timeout time.Duration
+}
+
+// NewNodeProcesses returns the source o describes.
+func NewNodeProcesses(o NodeProcessesOptions) *NodeProcesses {
+	return &NodeProcesses{node: o.Node, local: o.Local, targets: o.Targets, client: o.Client, timeout: o.Timeout}
 }
 
 // agentProcessesTimeout bounds a question to an agent.
@@ -39,8 +58,8 @@ const agentProcessesTimeout = 5 * time.Second
 // of processes are some hundred KB.
 const maxProcessListBytes = 16 << 20
 
-// GPUProcesses implements web.GPUProcessSource.
-func (s *gpuProcessSource) GPUProcesses(ctx context.Context, node, gpuSel string) (gpu.ProcessList, error) {
+// GPUProcesses implements GPUProcessSource.
+func (s *NodeProcesses) GPUProcesses(ctx context.Context, node, gpuSel string) (gpu.ProcessList, error) {
 	if node == "" || node == s.node {
 		if s.local == nil {
 			// gpu.backend: none: a node without GPUs to list.
@@ -51,9 +70,9 @@ func (s *gpuProcessSource) GPUProcesses(ctx context.Context, node, gpuSel string
 	u := s.agentURL(node)
 	if u == nil {
 		if s.targets == nil {
-			return gpu.ProcessList{}, fmt.Errorf("%w: this agent is node %q, not %q", web.ErrNotFound, s.node, node)
+			return gpu.ProcessList{}, fmt.Errorf("%w: this agent is node %q, not %q", ErrNotFound, s.node, node)
 		}
-		return gpu.ProcessList{}, fmt.Errorf("%w: %q is neither this appliance's node (%q) nor one of its nodes: section with an active target", web.ErrNotFound, node, s.node)
+		return gpu.ProcessList{}, fmt.Errorf("%w: %q is neither this appliance's node (%q) nor one of its nodes: section with an active target", ErrNotFound, node, s.node)
 	}
 	if gpuSel != "" {
 		u.RawQuery = url.Values{"gpu": {gpuSel}}.Encode()
@@ -63,7 +82,7 @@ func (s *gpuProcessSource) GPUProcesses(ctx context.Context, node, gpuSel string
 
 // agentURL is the /api/v1/gpu/processes of node's agent, nil when no
 // active node-gpu target is node.
-func (s *gpuProcessSource) agentURL(node string) *url.URL {
+func (s *NodeProcesses) agentURL(node string) *url.URL {
 	if s.targets == nil {
 		return nil
 	}
@@ -79,7 +98,7 @@ func (s *gpuProcessSource) agentURL(node string) *url.URL {
 }
 
 // ask gets an agent's process list.
-func (s *gpuProcessSource) ask(ctx context.Context, node string, u *url.URL) (gpu.ProcessList, error) {
+func (s *NodeProcesses) ask(ctx context.Context, node string, u *url.URL) (gpu.ProcessList, error) {
 	client, err := config_util.NewClientFromConfig(s.client(), "gpu-processes")
 	if err != nil {
 		return gpu.ProcessList{}, fmt.Errorf("HTTP client for node %q (nodes: section): %w", node, err)
@@ -116,7 +135,7 @@ func (s *gpuProcessSource) ask(ctx context.Context, node string, u *url.URL) (gp
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return gpu.ProcessList{}, fmt.Errorf("%w: node %q: %s", web.ErrNotFound, node, env.Error)
+		return gpu.ProcessList{}, fmt.Errorf("%w: node %q: %s", ErrNotFound, node, env.Error)
 	case resp.StatusCode != http.StatusOK:
 		return gpu.ProcessList{}, fmt.Errorf("node %q's agent: %s", node, env.Error)
 	}

@@ -1,4 +1,4 @@
-package main
+package web
 
 import (
 	"context"
@@ -18,15 +18,14 @@ import (
 
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/scrape"
-	"github.com/gpuscope/gpuscope/web"
 )
 
-// TestGPUProcessSourceAsksAgents: an appliance answers for its own node
+// TestNodeProcessesAsksAgents: an appliance answers for its own node
 // from its collector and for another node by asking that node's agent,
 // found among the node-gpu targets, with the nodes: section's basic
 // auth; an unknown node, an agent's 404, an agent without the endpoint
 // and one that is down are each said so.
-func TestGPUProcessSourceAsksAgents(t *testing.T) {
+func TestNodeProcessesAsksAgents(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		asked []string
@@ -58,16 +57,16 @@ func TestGPUProcessSourceAsksAgents(t *testing.T) {
 			&promconfig.ScrapeConfig{JobName: scrape.JobNodeGPU}, nil, nil)
 	}
 	client := config_util.HTTPClientConfig{BasicAuth: &config_util.BasicAuth{Username: "gpuscope", Password: "s3cret"}}
-	s := &gpuProcessSource{
-		node: "n1",
-		targets: func() map[string][]*promscrape.Target {
+	s := NewNodeProcesses(NodeProcessesOptions{
+		Node: "n1",
+		Targets: func() map[string][]*promscrape.Target {
 			return map[string][]*promscrape.Target{
 				scrape.JobNodeGPU:      {target("n2", au.Host), target("n3", "127.0.0.1:1")},
 				scrape.JobNodeCadvisor: {target("n4", au.Host)},
 			}
 		},
-		client: func() config_util.HTTPClientConfig { return client },
-	}
+		Client: func() config_util.HTTPClientConfig { return client },
+	})
 	ctx := context.Background()
 
 	l, err := s.GPUProcesses(ctx, "", "")
@@ -85,23 +84,23 @@ func TestGPUProcessSourceAsksAgents(t *testing.T) {
 	mu.Unlock()
 
 	_, err = s.GPUProcesses(ctx, "n2", "9")
-	require.ErrorIs(t, err, web.ErrNotFound)
+	require.ErrorIs(t, err, ErrNotFound)
 	require.EqualError(t, err, `not found: node "n2": not found: node "n2" has no GPU "9"`)
 	mu.Lock()
 	require.Equal(t, "/api/v1/gpu/processes?gpu=9", asked[1])
 	mu.Unlock()
 
 	_, err = s.GPUProcesses(ctx, "n2", "1")
-	require.NotErrorIs(t, err, web.ErrNotFound)
+	require.NotErrorIs(t, err, ErrNotFound)
 	require.ErrorContains(t, err, `node "n2"'s agent at `+au.Host+` answered 404 Not Found without a process list (an agent older than the endpoint?)`)
 
 	_, err = s.GPUProcesses(ctx, "n3", "")
-	require.NotErrorIs(t, err, web.ErrNotFound)
+	require.NotErrorIs(t, err, ErrNotFound)
 	require.ErrorContains(t, err, `ask node "n3"'s agent: `)
 
 	for _, node := range []string{"n4", "n9"} {
 		_, err = s.GPUProcesses(ctx, node, "")
-		require.ErrorIs(t, err, web.ErrNotFound, "only node-gpu targets are agents to ask")
+		require.ErrorIs(t, err, ErrNotFound, "only node-gpu targets are agents to ask")
 		require.ErrorContains(t, err, `"`+node+`" is neither this appliance's node ("n1") nor one of its nodes: section with an active target`)
 	}
 
@@ -109,8 +108,8 @@ func TestGPUProcessSourceAsksAgents(t *testing.T) {
 	_, err = s.GPUProcesses(ctx, "n2", "")
 	require.ErrorContains(t, err, "answered 401 Unauthorized without a process list", "the config in effect is used")
 
-	agentSide := &gpuProcessSource{node: "n2"}
+	agentSide := NewNodeProcesses(NodeProcessesOptions{Node: "n2"})
 	_, err = agentSide.GPUProcesses(ctx, "n1", "")
-	require.ErrorIs(t, err, web.ErrNotFound)
+	require.ErrorIs(t, err, ErrNotFound)
 	require.EqualError(t, err, `not found: this agent is node "n2", not "n1"`)
 }
