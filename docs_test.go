@@ -94,11 +94,12 @@ func TestDocsAnchors(t *testing.T) {
 	}, a)
 }
 
-// TestDocsLinks: every relative link of README.md, CONTRIBUTING.md and
-// docs/ names a file or directory of the repository, and every #anchor a
-// heading of the file it points into. No link is exempt.
+// TestDocsLinks: every relative link of README.md, CONTRIBUTING.md,
+// BENCHMARKS.md and docs/ names a file or directory of the repository,
+// and every #anchor a heading of the file it points into. No link is
+// exempt.
 func TestDocsLinks(t *testing.T) {
-	files := docFiles(t)
+	files := append(docFiles(t), "BENCHMARKS.md")
 	require.Contains(t, files, "docs/install.md")
 	headings := map[string]map[string]bool{}
 	headingsOf := func(path string) map[string]bool {
