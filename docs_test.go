@@ -380,3 +380,33 @@ func TestContributingPackages(t *testing.T) {
 	want = slices.DeleteFunc(want, func(p string) bool { return p == "libc6-dev" })
 	require.Equal(t, want, got, "CONTRIBUTING.md's apt-get line and .ci/run's differ")
 }
+
+// TestDocsFlagTables: the flags the docs' tables list are flags of the
+// command they document (serve's in configuration.md, alerts.md and
+// remote-write.md, the agent's in clusters.md), so a renamed or removed
+// flag cannot stay documented. Every flag, with its default, is in the
+// generated docs/command-line/gpuscope.md.
+func TestDocsFlagTables(t *testing.T) {
+	app, _, _ := newApp()
+	for _, tc := range []struct{ file, heading, command string }{
+		{"docs/configuration.md", "## Flags of `gpuscope serve`", "serve"},
+		{"docs/alerts.md", "## Delivery to Alertmanager", "serve"},
+		{"docs/remote-write.md", "### Receivers: pushing into gpuscope", "serve"},
+		{"docs/clusters.md", "## On every GPU server: `gpuscope agent`", "agent"},
+	} {
+		cmd := app.GetCommand(tc.command)
+		require.NotNil(t, cmd, tc.command)
+		n := 0
+		for _, row := range tableRows(section(t, string(mustRead(t, tc.file)), tc.heading)) {
+			for _, f := range backticked(row[0]) {
+				name, ok := strings.CutPrefix(f, "--")
+				if !ok {
+					continue
+				}
+				n++
+				require.True(t, cmd.GetFlag(name) != nil || app.GetFlag(name) != nil, "%s lists %s, which `gpuscope %s` does not have", tc.file, f, tc.command)
+			}
+		}
+		require.NotZero(t, n, "%s: the table under %q lists flags", tc.file, tc.heading)
+	}
+}
