@@ -19,8 +19,17 @@ import (
 // change: every family name they mention stays on by default, and every
 // family kept "because something reads it" is read or documented.
 
-// dietHeading is the README section that documents the diet.
-const dietHeading = "### What is stored by default"
+// dietFile and dietHeading are the docs section that documents the diet.
+const (
+	dietFile    = "docs/metrics.md"
+	dietHeading = "## What is stored by default"
+)
+
+func dietSection(t *testing.T) (doc, diet string) {
+	t.Helper()
+	doc = string(mustRead(t, dietFile))
+	return doc, section(t, doc, dietHeading)
+}
 
 // familyToken finds metric family names of the two diets' namespaces,
 // with the character before them, so that parts of recording-rule names
@@ -28,14 +37,13 @@ const dietHeading = "### What is stored by default"
 var familyToken = regexp.MustCompile(`(^|[^a-zA-Z0-9_:])((?:container|machine|go|process|prometheus|promhttp|net_conntrack|alertmanager)_[a-z0-9_]*[a-z0-9])\b`)
 
 // readers returns, for every file that reads metrics or documents them
-// (built-in rules, dashboards, the page, the report, doctor, README,
-// RELIABILITY.md), the family names it mentions. The diet's own table
+// (built-in rules, dashboards, the page, the report, doctor, README.md,
+// CONTRIBUTING.md and docs/), the family names it mentions. The diet's own table
 // and the code that defines the diet are left out, as are tests,
 // benchmarks and the neighbour tools' modules.
 func readers(t *testing.T) map[string][]string {
 	t.Helper()
-	doc := readme(t)
-	diet := section(t, doc, dietHeading)
+	doc, diet := dietSection(t)
 	found := map[string][]string{}
 	var keys []string // the config keys of the groups, e.g. go_runtime
 	for _, s := range []families.Section{families.CadvisorSection, families.SelfSection} {
@@ -60,7 +68,12 @@ func readers(t *testing.T) map[string][]string {
 			}
 		}
 	}
-	add("README.md", strings.Replace(doc, diet, "", 1))
+	add(dietFile, strings.Replace(doc, diet, "", 1))
+	for _, f := range docFiles(t) {
+		if f != dietFile {
+			add(f, string(mustRead(t, f)))
+		}
+	}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -81,7 +94,7 @@ func readers(t *testing.T) map[string][]string {
 		switch {
 		case strings.HasSuffix(path, "_test.go"), path == "config/gpuscope.yml":
 			return nil
-		case strings.HasSuffix(path, ".go"), strings.HasSuffix(path, ".yml"), strings.HasSuffix(path, ".html"), path == "RELIABILITY.md":
+		case strings.HasSuffix(path, ".go"), strings.HasSuffix(path, ".yml"), strings.HasSuffix(path, ".html"):
 			b, err := os.ReadFile(path)
 			if err != nil {
 				return err
@@ -125,20 +138,20 @@ func TestDietKeepsWhatIsRead(t *testing.T) {
 // reasons.
 func TestDietKeptIsRead(t *testing.T) {
 	found := readers(t)
-	diet := section(t, readme(t), dietHeading)
+	_, diet := dietSection(t)
 	for _, s := range []families.Section{families.CadvisorSection, families.SelfSection} {
 		for _, name := range s.Kept {
 			if len(found[name]) == 0 {
-				require.True(t, strings.Contains(diet, "`"+name+"`"), "%s is kept by the %s diet, but nothing reads it and README %q does not list it", name, s.Name, dietHeading)
+				require.True(t, strings.Contains(diet, "`"+name+"`"), "%s is kept by the %s diet, but nothing reads it and %s %q does not list it", name, s.Name, dietFile, dietHeading)
 			}
 		}
 	}
 }
 
-// TestReadmeDietTable: README's table of the groups is the groups, and
-// gpuscope.yml has a key for each, off.
+// TestReadmeDietTable: docs/metrics.md's table of the groups is the
+// groups, and gpuscope.yml has a key for each, off.
 func TestReadmeDietTable(t *testing.T) {
-	diet := section(t, readme(t), dietHeading)
+	_, diet := dietSection(t)
 	var want [][]string
 	for _, s := range []families.Section{families.CadvisorSection, families.SelfSection} {
 		for _, g := range s.Groups {

@@ -45,6 +45,13 @@ func writeManPage(app *kingpin.Application, ctx *kingpin.ParseContext, w io.Writ
 	if template == kingpin.ManPageTemplate {
 		return fmt.Errorf("kingpin's man page template has no title line to replace")
 	}
+	// NAME is "name \- what it is" in every man page: whatis, apropos and
+	// mandb read it so.
+	named := strings.Replace(template, ".SH \"NAME\"\n{{.App.Name}}\n", ".SH \"NAME\"\n{{.App.Name}} \\- GPU and container monitoring in one binary\n", 1)
+	if named == template {
+		return fmt.Errorf("kingpin's man page template has no NAME section to complete")
+	}
+	template = named
 	app.UsageWriter(w)
 	return app.UsageForContextWithTemplate(ctx, 2, template)
 }

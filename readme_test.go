@@ -17,23 +17,22 @@ import (
 	"github.com/gpuscope/gpuscope/rules"
 )
 
-// The README is what a newcomer reads first; these tests keep the parts
-// of it that restate the code — the config reference, the rule tables,
-// the quick start and the test command — equal to the code.
+// The README is what a newcomer reads first, and docs/ what a user looks
+// things up in; these tests keep the parts of them that restate the code —
+// the config reference, the rule tables, the quick start and the test
+// command — equal to the code.
 
 func readme(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
-	require.NoError(t, err)
-	return string(b)
+	return string(mustRead(t, "README.md"))
 }
 
-// section returns the README's text from the heading to the next heading
+// section returns a document's text from the heading to the next heading
 // of the same or a higher level.
 func section(t *testing.T, doc, heading string) string {
 	t.Helper()
 	i := strings.Index(doc, "\n"+heading+"\n")
-	require.GreaterOrEqual(t, i, 0, "README has no heading %q", heading)
+	require.GreaterOrEqual(t, i, 0, "no heading %q", heading)
 	rest := doc[i+len(heading)+2:]
 	level := strings.Count(strings.Fields(heading)[0], "#")
 	for _, l := range regexp.MustCompile(`(?m)^#{1,6} `).FindAllStringIndex(rest, -1) {
@@ -88,10 +87,11 @@ func backticked(cell string) []string {
 	return out
 }
 
-// TestReadmeConfigReference: the README's config reference has the same
-// keys and values as config/gpuscope.yml, the file the binary embeds.
+// TestReadmeConfigReference: docs/configuration.md's config reference has
+// the same keys and values as config/gpuscope.yml, the file the binary
+// embeds.
 func TestReadmeConfigReference(t *testing.T) {
-	doc := readme(t)
+	doc := string(mustRead(t, "docs/configuration.md"))
 	i := strings.Index(doc, "The reference, with every default, is the embedded default file")
 	require.GreaterOrEqual(t, i, 0)
 	blocks := codeBlocks(doc[i:], "yaml")
@@ -101,7 +101,7 @@ func TestReadmeConfigReference(t *testing.T) {
 	file, err := os.ReadFile("config/gpuscope.yml")
 	require.NoError(t, err)
 	require.NoError(t, yaml.Unmarshal(file, &fromFile))
-	require.Equal(t, fromFile, fromReadme, "README's config reference and config/gpuscope.yml differ")
+	require.Equal(t, fromFile, fromReadme, "docs/configuration.md's config reference and config/gpuscope.yml differ")
 }
 
 type packRule struct {
@@ -132,20 +132,20 @@ func loadPack(t *testing.T) (alerts, records map[string]packRule, files []string
 	return alerts, records, files
 }
 
-// TestReadmeRuleTables: every built-in alert is in the README's alert
+// TestReadmeRuleTables: every built-in alert is in docs/alerts.md's alert
 // table with its group, for and severity, every recording rule in the
 // recording-rule table with its group, nothing else is, and the listed
 // rule files are those `gpuscope rules export DIR` writes.
 func TestReadmeRuleTables(t *testing.T) {
-	doc := readme(t)
+	doc := string(mustRead(t, "docs/alerts.md"))
 	alerts, records, files := loadPack(t)
 
 	seen := map[string]bool{}
-	for _, row := range tableRows(section(t, doc, "### The alerts")) {
+	for _, row := range tableRows(section(t, doc, "## The alerts")) {
 		require.Len(t, row, 5, "alert table row %v", row)
 		name := strings.Trim(row[0], "`")
 		want, ok := alerts[name]
-		require.True(t, ok, "README lists alert %s, which the pack does not have", name)
+		require.True(t, ok, "docs/alerts.md lists alert %s, which the pack does not have", name)
 		require.Equal(t, "`"+want.group+"`", row[1], "group of %s", name)
 		forText := strings.NewReplacer("–", "—", "-", "—").Replace(row[3])
 		require.Equal(t, want.forText, forText, "for of %s", name)
@@ -153,12 +153,12 @@ func TestReadmeRuleTables(t *testing.T) {
 		seen[name] = true
 	}
 	for name := range alerts {
-		require.True(t, seen[name], "alert %s is missing from README's alert table", name)
+		require.True(t, seen[name], "alert %s is missing from docs/alerts.md's alert table", name)
 	}
 
 	seen = map[string]bool{}
 	recordName := regexp.MustCompile(`^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$`)
-	for _, row := range tableRows(section(t, doc, "### Recording rules")) {
+	for _, row := range tableRows(section(t, doc, "## Recording rules")) {
 		if len(row) != 3 {
 			continue // the bottleneck-class table
 		}
@@ -171,7 +171,7 @@ func TestReadmeRuleTables(t *testing.T) {
 				continue
 			}
 			want, ok := records[name]
-			require.True(t, ok, "README lists recording rule %s, which the pack does not have", name)
+			require.True(t, ok, "docs/alerts.md lists recording rule %s, which the pack does not have", name)
 			require.Equal(t, want.group, groups[0], "group of %s", name)
 			seen[name] = true
 		}
@@ -183,30 +183,38 @@ func TestReadmeRuleTables(t *testing.T) {
 		}
 	}
 	slices.Sort(missing)
-	require.Empty(t, missing, "recording rules missing from README's table")
+	require.Empty(t, missing, "recording rules missing from docs/alerts.md's table")
 
 	m := regexp.MustCompile(`gpuscope rules export rules/ +# its files: (.*)`).FindStringSubmatch(doc)
-	require.NotNil(t, m, "README shows the files of `gpuscope rules export rules/`")
+	require.NotNil(t, m, "docs/alerts.md shows the files of `gpuscope rules export rules/`")
 	listed := strings.Fields(m[1])
 	slices.Sort(listed)
 	slices.Sort(files)
 	require.Equal(t, files, listed)
 }
 
-// TestReadmeCommands: the quick start's two commands are the ones this
-// project stands by: building first (so stopping the binary stops
-// gpuscope; `go run` leaves its child running when the go tool alone is
-// signalled) and the test command that .ci/run runs, word for word.
+// TestReadmeCommands: the two commands this project stands by, in the
+// README's quick start and contributing sections and in CONTRIBUTING.md:
+// building first (so stopping the binary stops gpuscope; `go run` leaves
+// its child running when the go tool alone is signalled) and the test
+// command that .ci/run runs, word for word.
 func TestReadmeCommands(t *testing.T) {
+	const build = "go build -o gpuscope . && ./gpuscope serve\n"
+	const test = "go test -race -timeout 30m ./...\n"
 	doc := readme(t)
-	quick := section(t, doc, "## Quick start")
-	blocks := codeBlocks(quick, "sh")
-	require.GreaterOrEqual(t, len(blocks), 2)
-	require.Equal(t, "go build -o gpuscope . && ./gpuscope serve\n", blocks[0])
-	testCmd := blocks[1]
-	require.Equal(t, "go test -race -timeout 30m ./...\n", testCmd)
-	ci, err := os.ReadFile(".ci/run")
-	require.NoError(t, err)
-	lines := strings.Split(strings.TrimSpace(string(ci)), "\n")
-	require.Equal(t, strings.TrimSpace(testCmd), lines[len(lines)-1], ".ci/run ends with the README's test command")
+	quick := codeBlocks(section(t, doc, "## Quick start"), "sh")
+	require.NotEmpty(t, quick)
+	require.Equal(t, build, quick[0], "README's quick start builds, then runs")
+	contributing := codeBlocks(section(t, doc, "## Contributing"), "sh")
+	require.NotEmpty(t, contributing)
+	require.Equal(t, test, contributing[0], "README's test command")
+
+	running := codeBlocks(section(t, string(mustRead(t, "CONTRIBUTING.md")), "## Running the tests"), "sh")
+	require.GreaterOrEqual(t, len(running), 2)
+	require.Equal(t, build, running[0], "CONTRIBUTING.md's build-and-run command")
+	require.Equal(t, test, running[1], "CONTRIBUTING.md's test command")
+
+	ci := string(mustRead(t, ".ci/run"))
+	lines := strings.Split(strings.TrimSpace(ci), "\n")
+	require.Equal(t, strings.TrimSpace(test), lines[len(lines)-1], ".ci/run ends with the README's test command")
 }

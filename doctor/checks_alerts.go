@@ -8,7 +8,7 @@ import (
 
 // AlertsHint is how to make alerts reach someone (the overview page says
 // it too).
-const AlertsHint = `add a receiver to the alertmanager: section of the config file, e.g. receivers: [{name: ops, webhook_configs: [{url: "http://hook.example/"}]}] (README "Notifications"), or point alerting.alertmanagers at an Alertmanager`
+const AlertsHint = `add a receiver to the alertmanager: section of the config file, e.g. receivers: [{name: ops, webhook_configs: [{url: "http://hook.example/"}]}] (docs/notifications.md), or point alerting.alertmanagers at an Alertmanager`
 
 // alertChecks: whether a firing alert reaches anyone, through the
 // embedded Alertmanager's receivers or the Alertmanagers of

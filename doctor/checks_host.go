@@ -73,7 +73,7 @@ func namespaceCheck(o *Options) Check {
 		return ok("namespaces", "host pid and cgroup namespaces")
 	}
 	return warn("namespaces", "gpuscope runs in a "+strings.Join(problems, "; and a "),
-		"run the container with "+strings.Join(hints, " ")+" (README: Docker)")
+		"run the container with "+strings.Join(hints, " ")+" (docs/install.md, Docker)")
 }
 
 // ownCgroupIsRoot: every line of /proc/self/cgroup says "/", as inside a

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The embedded Alertmanager (README "Notifications"), tested as users
+// The embedded Alertmanager (docs/notifications.md), tested as users
 // meet it: the real binary with simulated GPUs firing the built-in
 // alerts, a webhook receiver on loopback, and the real amtool against
 // gpuscope's URL.

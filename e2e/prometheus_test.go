@@ -118,7 +118,7 @@ func TestPrometheusFederationAndAgent(t *testing.T) {
 	// its rules' outputs (names with a colon, ALERTS): the demo evaluates
 	// its rules every couple of seconds (time_scale 30), and /federate
 	// gives only the latest sample per scrape, so no federation interval
-	// gets every rule sample. Remote write is for everything (README
+	// gets every rule sample. Remote write is for everything (docs/remote-write.md,
 	// "Federation").
 	const promCfg = `
 global:

@@ -180,7 +180,7 @@ lines:
 }
 
 // TestVictoriaMetricsRemoteWrite: VictoriaMetrics single-node as the
-// remote-write target of `serve --demo` (README "Scale out"). Over ten
+// remote-write target of `serve --demo` (docs/remote-write.md, "Scale out"). Over ten
 // minutes, two of them with VictoriaMetrics stopped, it ends up with
 // every series and every sample gpuscope has for the same range, values
 // equal (to VictoriaMetrics's decimal storage), and the seed's queries
@@ -333,7 +333,7 @@ remote_write:
 		}
 	}
 
-	// The demo node's series by job, for README "Scale out"'s sizing.
+	// The demo node's series by job, for the sizing in docs/remote-write.md.
 	byJob, _, _, err := gs.api().Query(ctx, `count by (job) ({__name__=~".+"})`, windowEnd)
 	require.NoError(t, err)
 	t.Logf("series by job at the window's end: %v", strings.ReplaceAll(byJob.String(), "\n", "; "))

@@ -22,8 +22,8 @@ import (
 // Wait fail for every GPU in it, and a set being rebuilt misses what
 // happens meanwhile. DCGM and GPUd read the kernel log for these; so does
 // gpuscope, where it may: /dev/kmsg needs root or CAP_SYSLOG (and the
-// packaged unit's ProtectKernelLogs=yes closes it; README says how to
-// open it). Without access it says so once, and `gpuscope doctor` says
+// packaged unit's ProtectKernelLogs=yes closes it; docs/metrics.md says how
+// to open it). Without access it says so once, and `gpuscope doctor` says
 // how to enable it.
 //
 // Each line names the GPU by PCI address, which is matched to the GPU's.

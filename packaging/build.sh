@@ -3,6 +3,7 @@
 #
 #   dist/gpuscope_<version>_<arch>.deb       (nfpm, packaging/nfpm.yaml)
 #   dist/gpuscope-<version>.<rpmarch>.rpm    (nfpm)
+#   dist/gpuscope.1.gz                       (docs/gpuscope.1, for both)
 #   image gpuscope:<version> and :latest     (packaging/Dockerfile), where a
 #                                            Docker daemon answers
 #
@@ -132,7 +133,11 @@ package() {
 	rpm) target=$DIST/gpuscope-${v}.${RPMARCH}.rpm ;;
 	esac
 	rm -f "$target"
-	GPUSCOPE_VERSION=$v GPUSCOPE_ARCH=$ARCH GPUSCOPE_BINARY=$BIN \
+	# man pages are installed gzipped; -n leaves the name and time out,
+	# so the same page gives the same bytes.
+	mkdir -p "$DIST"
+	gzip -9nc docs/gpuscope.1 >"$DIST/gpuscope.1.gz"
+	GPUSCOPE_VERSION=$v GPUSCOPE_ARCH=$ARCH GPUSCOPE_BINARY=$BIN GPUSCOPE_MANPAGE=$DIST/gpuscope.1.gz \
 		nfpm package --config packaging/nfpm.yaml --packager "$packager" --target "$target" >&2
 	echo "$target"
 }

@@ -12,10 +12,11 @@ import (
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
-// TestComposeMatchesREADME keeps the two ways to run the image in step:
-// every host namespace and mount of compose.yaml's gpuscope service is in
-// the README's docker run line, and Grafana reads provisioning where the
-// provisioner writes it. (The image test runs both for real.)
+// TestComposeMatchesREADME keeps the ways to run the image in step: every
+// host namespace and mount of compose.yaml's gpuscope service is in the
+// docker run line of docs/install.md and of the README, and Grafana reads
+// provisioning where the provisioner writes it. (The image test runs both
+// for real.)
 func TestComposeMatchesREADME(t *testing.T) {
 	repo := pkgtest.RepoRoot(t)
 	b, err := os.ReadFile(filepath.Join(repo, "packaging", "compose.yaml"))
@@ -31,27 +32,35 @@ func TestComposeMatchesREADME(t *testing.T) {
 		} `yaml:"services"`
 	}
 	require.NoError(t, yaml.Unmarshal(b, &compose))
-	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
-	require.NoError(t, err)
-	// The docker run line, from `docker run` to the end of its code block.
-	_, run, ok := strings.Cut(string(readme), "docker run -d --name gpuscope")
-	require.True(t, ok, "README has no `docker run -d --name gpuscope` line")
-	run, _, _ = strings.Cut(run, "```")
-
-	svc := compose.Services["gpuscope"]
-	for flag, v := range map[string]string{"--pid": svc.PID, "--cgroupns": svc.Cgroup, "--uts": svc.UTS} {
-		require.Equal(t, "host", v, flag)
-		require.Contains(t, run, flag+" host")
+	for _, doc := range []string{"docs/install.md", "README.md"} {
+		t.Run(doc, func(t *testing.T) {
+			text, err := os.ReadFile(filepath.Join(repo, doc))
+			require.NoError(t, err)
+			// The docker run line, from `docker run` to the end of its code block.
+			_, run, ok := strings.Cut(string(text), "docker run -d --name gpuscope")
+			require.True(t, ok, "%s has no `docker run -d --name gpuscope` line", doc)
+			run, _, _ = strings.Cut(run, "```")
+			checkRunLine(t, doc, run, compose.Services["gpuscope"].PID, compose.Services["gpuscope"].Cgroup,
+				compose.Services["gpuscope"].UTS, compose.Services["gpuscope"].Volumes, compose.Services["gpuscope"].Ports)
+		})
 	}
-	for _, v := range svc.Volumes {
-		require.Contains(t, run, "-v "+v, "compose.yaml mounts %s; the README's docker run line must too", v)
-	}
-	require.Equal(t, []string{"9089:9089"}, svc.Ports)
-	require.Contains(t, run, "-p 9089:9089")
-	require.Contains(t, run, "--gpus all")
 
 	prov := compose.Services["grafana-provision"]
 	require.Equal(t, []string{"grafana", "provision", "/etc/grafana", "--url", "http://gpuscope:9089"}, prov.Command[:5])
 	require.Equal(t, []string{"grafana-provisioning:/etc/grafana/provisioning"}, prov.Volumes)
 	require.Contains(t, compose.Services["grafana"].Volumes, "grafana-provisioning:/etc/grafana/provisioning:ro")
+}
+
+func checkRunLine(t *testing.T, doc, run, pid, cgroup, uts string, volumes, ports []string) {
+	t.Helper()
+	for flag, v := range map[string]string{"--pid": pid, "--cgroupns": cgroup, "--uts": uts} {
+		require.Equal(t, "host", v, flag)
+		require.Contains(t, run, flag+" host")
+	}
+	for _, v := range volumes {
+		require.Contains(t, run, "-v "+v, "compose.yaml mounts %s; the docker run line of %s must too", v, doc)
+	}
+	require.Equal(t, []string{"9089:9089"}, ports)
+	require.Contains(t, run, "-p 9089:9089")
+	require.Contains(t, run, "--gpus all")
 }

@@ -3,6 +3,7 @@ package packaging_test
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,17 +118,42 @@ type entry struct {
 	perms, owner string
 }
 
-// payload is what both packages must contain, exactly: nfpm.yaml's
-// contents. The deb also lists the standard parent directories.
-var payload = map[string]entry{
+// basePayload is what both packages must contain besides the docs:
+// nfpm.yaml's contents. The deb also lists the standard parent directories.
+var basePayload = map[string]entry{
 	"/usr/bin/gpuscope":                        {"-rwxr-xr-x", "root/root"},
 	"/etc/gpuscope":                            {"drwxr-xr-x", "root/root"},
 	"/etc/gpuscope/gpuscope.yml":               {"-rw-r--r--", "root/root"},
 	"/usr/lib/systemd/system/gpuscope.service": {"-rw-r--r--", "root/root"},
 	"/var/lib/gpuscope":                        {"drwxr-x---", "gpuscope/gpuscope"},
+	"/usr/share/man/man1/gpuscope.1.gz":        {"-rw-r--r--", "root/root"},
 }
 
-var debParents = []string{"/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/lib/systemd", "/usr/lib/systemd/system", "/var", "/var/lib"}
+// docDir is where the packages put README.md, LICENSE and docs/.
+const docDir = "/usr/share/doc/gpuscope"
+
+// wantPayload is basePayload plus the docs of the checkout: README.md,
+// LICENSE, every docs/*.md and the command-line reference, under docDir
+// with docs/'s layout, and docDir's directories.
+func wantPayload(t *testing.T, repo string) map[string]entry {
+	t.Helper()
+	want := maps.Clone(basePayload)
+	for _, d := range []string{docDir, docDir + "/docs", docDir + "/docs/command-line"} {
+		want[d] = entry{"drwxr-xr-x", "root/root"}
+	}
+	docs, err := filepath.Glob(filepath.Join(repo, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, docs)
+	for _, f := range append(docs, filepath.Join(repo, "README.md"), filepath.Join(repo, "LICENSE"), filepath.Join(repo, "docs", "command-line", "gpuscope.md")) {
+		rel, err := filepath.Rel(repo, f)
+		require.NoError(t, err)
+		want[docDir+"/"+filepath.ToSlash(rel)] = entry{"-rw-r--r--", "root/root"}
+	}
+	return want
+}
+
+var debParents = []string{"/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/lib/systemd", "/usr/lib/systemd/system", "/var", "/var/lib",
+	"/usr/share", "/usr/share/doc", "/usr/share/man", "/usr/share/man/man1"}
 
 // TestDebAndRPM builds both packages with packaging/build.sh, compares
 // their contents, installs, upgrades, removes and purges the deb in a
@@ -173,6 +199,7 @@ func TestDebAndRPM(t *testing.T) {
 		require.Contains(t, requires, "glibc >= 2.34")
 	})
 
+	payload := wantPayload(t, repo)
 	t.Run("rpm and deb hold the same files", func(t *testing.T) {
 		debList := parseDebList(t, pkgtest.Run(t, pkgtest.Cmd{}, "dpkg-deb", "--contents", deb))
 		for _, p := range debParents {
@@ -242,6 +269,28 @@ func TestDebAndRPM(t *testing.T) {
 		require.Contains(t, chroot("id", "-nG", "gpuscope"), "gpuscope")
 	})
 
+	step("deb installs the man page and the docs", func(t *testing.T) {
+		page := chroot("zcat", "/usr/share/man/man1/gpuscope.1.gz")
+		want, err := os.ReadFile(filepath.Join(repo, "docs", "gpuscope.1"))
+		require.NoError(t, err)
+		require.Equal(t, string(want), page, "the installed man page is docs/gpuscope.1")
+		require.Contains(t, page, ".TH ")
+		// The page as man renders it, where this machine has man (the
+		// chroot's minimal Debian has not).
+		if _, err := exec.LookPath("man"); err == nil {
+			out, errOut, err := pkgtest.Cmd{Env: []string{"MANWIDTH=100", "MAN_KEEP_FORMATTING=0", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}}.
+				Output("man", "-l", filepath.Join(root, "usr/share/man/man1/gpuscope.1.gz"))
+			require.NoError(t, err, "man -l:\n%s", errOut)
+			require.Contains(t, out, "gpuscope")
+			require.Contains(t, out, "serve")
+		} else {
+			t.Log("no man on this machine: the page was checked with zcat only")
+		}
+		for _, f := range []string{"README.md", "LICENSE", "docs/install.md", "docs/alerts.md", "docs/command-line/gpuscope.md"} {
+			require.FileExists(t, filepath.Join(root, docDir, f))
+		}
+	})
+
 	step("first run as the service user", func(t *testing.T) {
 		// The unit's command line, with the chroot's paths, as gpuscope's
 		// uid and no capabilities: what systemd would run.
@@ -286,6 +335,7 @@ func TestDebAndRPM(t *testing.T) {
 		require.NoFileExists(t, wants, "removal disables the service")
 		require.DirExists(t, filepath.Join(dataDir, "wal"), "removal keeps the data")
 		require.FileExists(t, config, "removal keeps the conffile")
+		require.NoDirExists(t, filepath.Join(root, docDir), "removal removes the docs")
 
 		chroot("dpkg", "--purge", "gpuscope")
 		require.NoDirExists(t, dataDir, "purge deletes the data")
@@ -355,6 +405,8 @@ WantedBy=default.target
 		require.NoFileExists(t, filepath.Join(root, "usr/bin/gpuscope"))
 		require.NoFileExists(t, wants, "rpm %%preun disables the service")
 		require.FileExists(t, filepath.Join(dataDir, "keep"), "rpm -e keeps the data")
+		require.NoDirExists(t, filepath.Join(root, docDir), "rpm -e removes the docs")
+		require.NoFileExists(t, filepath.Join(root, "usr/share/man/man1/gpuscope.1.gz"), "rpm -e removes the man page")
 	})
 	t.Logf("total %s", time.Since(start).Round(time.Second))
 }

@@ -23,7 +23,10 @@ type cpuBurner struct {
 	// that another gpuscope (a second demo) had created: removed too if
 	// that one has stopped first, so that the last one out leaves
 	// nothing behind.
-	joined   []string
+	joined []string
+	// shared: the container's own cgroup was there already, another
+	// gpuscope's burner in it; the two share its CPU limit.
+	shared   bool
 	done     chan struct{}
 	stopOnce sync.Once
 	stopErr  error
@@ -68,6 +71,10 @@ func startCPUBurner(ctx context.Context, o burnerOptions) (*cpuBurner, error) {
 }
 
 func (b *cpuBurner) pid() int { return b.cmd.Process.Pid }
+
+// sharing says whether another gpuscope's burner was already in the
+// container's cgroup (a second demo on the machine).
+func (b *cpuBurner) sharing() bool { return b.shared }
 
 // stop kills the burner and removes the cgroups it created. It is
 // idempotent.
@@ -199,6 +206,7 @@ func (b *cpuBurner) mkdirs(base, dir string) error {
 			// /docker of a stopped dockerd is not ours to remove.
 			if strings.HasPrefix(rel, "gpuscope-") {
 				b.joined = append(b.joined, p)
+				b.shared = b.shared || p == filepath.Clean(dir)
 			}
 		} else {
 			return fmt.Errorf("create cgroup %s: %w", p, err)

@@ -195,6 +195,8 @@ func TestCPUBurnersShareACgroup(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, second.created, "the first created them")
 	require.NotEmpty(t, second.joined)
+	require.False(t, first.sharing())
+	require.True(t, second.sharing(), "the second says it shares the first's cgroup")
 
 	require.Error(t, first.stop(), "busy: the second burner is in it")
 	dir := v1Hierarchy(cgroupRoot, "cpu")

@@ -131,6 +131,9 @@ func (b *Backend) startBurners(ctx context.Context) {
 			continue
 		}
 		b.env.Logger.Info("Burning CPU in the input-bound scenario's container", "container", g.container, "cores", b.cfg.CPUBurnCores, "pid", br.pid())
+		if br.sharing() {
+			b.env.Logger.Warn("Another gpuscope's demo already burns CPU in this container's cgroup: the two burners share its limit, so each gets less than its cores and its GPU may not look starved", "container", g.container, "cores", b.cfg.CPUBurnCores)
+		}
 		b.burners = append(b.burners, br)
 	}
 }

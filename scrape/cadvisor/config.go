@@ -46,8 +46,8 @@ type Config struct {
 	// StoreContainerLabels is off.
 	ContainerLabelAllowlist []string `yaml:"container_label_allowlist"`
 	// Families turns groups of families within the enabled metric sets
-	// on; all are off by default (the series diet, README "What is
-	// stored").
+	// on; all are off by default (the series diet, docs/metrics.md "What is
+	// stored by default").
 	Families families.Cadvisor `yaml:"families"`
 	// DockerEndpoint, PodmanEndpoint and ContainerdEndpoint are the
 	// runtimes' API sockets that cAdvisor asks for container names, images

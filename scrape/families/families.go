@@ -26,7 +26,7 @@ type Group struct {
 	// of Names, and is not in the section's kept list.
 	Prefixes []string
 	Names    []string
-	// Why says what is lost with the group off, for the README's table.
+	// Why says what is lost with the group off, for the table in docs/metrics.md.
 	Why string
 }
 

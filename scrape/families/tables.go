@@ -73,7 +73,7 @@ var CadvisorSection = Section{
 		// Read by the Workloads dashboard's rules.
 		"container_pressure_io_waiting_seconds_total",
 		"container_fs_reads_bytes_total", "container_fs_writes_bytes_total",
-		// Documented: the disk holding Docker's layers (README, the image).
+		// Documented: the disk holding Docker's layers (docs/install.md, the image).
 		"container_fs_usage_bytes", "container_fs_limit_bytes",
 	},
 }
@@ -104,7 +104,7 @@ func (c Cadvisor) Keep(name string) bool { return CadvisorSection.Keep(name, c.O
 // families (Go runtime, Prometheus's engine, TSDB, scrape and rule
 // internals, the embedded Alertmanager's) that no built-in rule,
 // dashboard or page reads. Off by default. Remote write's and the notifier's families are not grouped:
-// README "Scale out" tunes the queue by them, and they exist only when
+// docs/remote-write.md "Scale out" tunes the queue by them, and they exist only when
 // remote write or Alertmanager is configured.
 type Self struct {
 	GoRuntime    bool `yaml:"go_runtime"`
@@ -150,14 +150,14 @@ var SelfSection = Section{
 		"prometheus_tsdb_head_truncations_failed_total", "prometheus_tsdb_mmap_chunk_corruptions_total",
 		"prometheus_tsdb_reloads_failures_total", "prometheus_tsdb_wal_corruptions_total",
 		"prometheus_tsdb_wal_truncations_failed_total", "prometheus_tsdb_wal_writes_failed_total",
-		// Documented in README and RELIABILITY.md: retention, storage and
+		// Documented in docs/metrics.md and docs/security.md: retention, storage and
 		// ingestion health a user checks by hand.
 		"prometheus_tsdb_head_chunks", "prometheus_tsdb_head_min_time_seconds", "prometheus_tsdb_head_max_time_seconds",
 		"prometheus_tsdb_blocks_loaded", "prometheus_tsdb_compactions_total", "prometheus_tsdb_retention_limit_bytes",
 		"prometheus_tsdb_time_retentions_total", "prometheus_tsdb_size_retentions_total",
 		"prometheus_tsdb_out_of_order_samples_total",
 		"prometheus_rule_group_iterations_missed_total",
-		// Documented in README "Notifications": whether alerts reach
+		// Documented in docs/notifications.md: whether alerts reach
 		// their receivers, and what the embedded Alertmanager holds.
 		"alertmanager_notifications_total", "alertmanager_notifications_failed_total",
 		"alertmanager_notification_requests_total", "alertmanager_notification_requests_failed_total",
