@@ -158,6 +158,8 @@ func TestLoadErrors(t *testing.T) {
 		{"containerd endpoint empty", "cadvisor:\n  containerd_endpoint: ''\n", `test.yml:2: cadvisor.containerd_endpoint: "" is not an absolute socket path (e.g. /run/containerd/containerd.sock)`},
 		{"negative price", "accounting:\n  price_per_kwh: -0.3\n", "test.yml:2: accounting.price_per_kwh: -0.3 is not a price or amount per kWh (0 or more, e.g. 0.30)"},
 		{"price not a number", "accounting:\n  price_per_kwh: cheap\n", `test.yml:2: accounting.price_per_kwh: "cheap" is not a number`},
+		{"negative price per GPU-hour", "accounting:\n  price_per_gpu_hour:\n    default: 1.2\n    NVIDIA H100 80GB HBM3: -2.5\n", `test.yml:2: accounting.price_per_gpu_hour: "NVIDIA H100 80GB HBM3": -2.5 is not a price per GPU-hour (0 or more, e.g. 2.50)`},
+		{"price per GPU-hour not a number", "accounting:\n  price_per_gpu_hour:\n    default: .nan\n", `test.yml:2: accounting.price_per_gpu_hour: "default": NaN is not a price per GPU-hour (0 or more, e.g. 2.50)`},
 		{"relabel action", "scrape_configs:\n  - job_name: a\n    relabel_configs:\n      - action: foo\n", `test.yml:4: scrape_configs[0].relabel_configs[0].action: unknown relabel action "foo"`},
 		{"scrape timeout above the job's interval", "global:\n  scrape_interval: 1m\nscrape_configs:\n  - job_name: a\n    scrape_timeout: 3m\n", `test.yml:4: scrape_configs[0]: scrape timeout greater than scrape interval for scrape config with job name "a"`},
 		{"scrape timeout above gpuscope's default interval", "global:\n  scrape_timeout: 20s\n", "test.yml:1: global: with gpuscope's default 15s intervals: global scrape timeout greater than scrape interval"},

@@ -22,7 +22,9 @@ type WorkloadReporter interface {
 
 // workloads serves the run report: GET or POST with the query API's
 // start and end (RFC 3339 or Unix seconds; default the last 7 days up to
-// now) and all=true for every cgroup.
+// now) and all=true for every cgroup. With by (user, compose_project,
+// workload, label:<name>, ...; repeated or comma-separated) the data is
+// the runs' sums by those values instead of the runs.
 func workloads(r WorkloadReporter) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		end, err := parseTimeParam(c, "end", time.Now())
@@ -39,7 +41,15 @@ func workloads(r WorkloadReporter) echo.HandlerFunc {
 				return badData(c, fmt.Errorf("invalid parameter \"all\": %q is not true or false", v))
 			}
 		}
-		rep, err := r.Report(c.Request().Context(), accounting.Query{Start: start, End: end, All: all})
+		var byValues []string
+		if params, err := c.FormParams(); err == nil {
+			byValues = params["by"]
+		}
+		by, extra, err := accounting.ParseGroupBy(byValues)
+		if err != nil {
+			return badData(c, fmt.Errorf("invalid parameter \"by\": %w", err))
+		}
+		rep, err := r.Report(c.Request().Context(), accounting.Query{Start: start, End: end, All: all, Labels: extra})
 		switch {
 		case err == nil:
 		case errors.Is(err, accounting.ErrEmptyRange):
@@ -50,6 +60,13 @@ func workloads(r WorkloadReporter) echo.HandlerFunc {
 			return c.JSON(499, apiv1.Response{Status: "error", ErrorType: "canceled", Error: err.Error()}) // as Prometheus: the client went away
 		default:
 			return c.JSON(http.StatusUnprocessableEntity, apiv1.Response{Status: "error", ErrorType: "execution", Error: err.Error()})
+		}
+		if len(by) > 0 {
+			groups := accounting.GroupRuns(rep.Runs, by)
+			if groups == nil {
+				groups = []accounting.Group{}
+			}
+			return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: groups, Warnings: rep.Warnings})
 		}
 		return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: rep.Runs, Warnings: rep.Warnings})
 	}

@@ -29,6 +29,10 @@ func TestWorkloadsAPI(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "POST with a form, as Grafana sends queries")
 
+	code, body = get(t, srv.URL+"/api/v1/workloads?by=user&by=label:team")
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"status":"success","data":[]}`, body, "grouped, no workloads: an empty list of groups")
+
 	now := time.Now().UTC()
 	for _, tc := range []struct {
 		name, query, want string
@@ -36,6 +40,7 @@ func TestWorkloadsAPI(t *testing.T) {
 		{"start unparsable", "start=yesterday", `invalid parameter "start": cannot parse "yesterday" to a valid timestamp (Unix seconds or RFC 3339)`},
 		{"end unparsable", "end=NaN", `invalid parameter "end": cannot parse "NaN" to a valid timestamp (Unix seconds or RFC 3339)`},
 		{"all not a boolean", "all=maybe", `invalid parameter "all": "maybe" is not true or false`},
+		{"by unknown", "by=team", `invalid parameter "by": cannot group by "team": one of compose_project, compose_service, image, instance, runtime, slurm_job_id, slurm_user, user, workload, or label:<name> for any label`},
 		{"empty range", "start=" + now.Format(time.RFC3339) + "&end=" + now.Format(time.RFC3339),
 			"empty range: start " + now.Format(time.RFC3339) + " is not at least a second before end " + now.Format(time.RFC3339)},
 	} {
