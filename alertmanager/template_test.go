@@ -42,7 +42,7 @@ func sampleGroups(now time.Time) map[string]struct {
 		"firing": {
 			group: model.LabelSet{"instance": "gpu-01", "alertname": "GPUMemoryAlmostFull"},
 			alerts: []*types.Alert{
-				alert(model.LabelSet{"alertname": "GPUMemoryAlmostFull", "severity": "critical", "instance": "gpu-01", "gpu": "0", "UUID": "GPU-0a", "workload": "llama-train", "cluster": "lab"},
+				alert(model.LabelSet{"alertname": "GPUMemoryAlmostFull", "severity": "critical", "instance": "gpu-01", "gpu": "0", "UUID": "GPU-0a", "workload": "llama-train", "user": "alice", "owner_chat": "@alice", "cluster": "lab"},
 					model.LabelSet{"summary": "GPU 0 on gpu-01 has 95% of its memory in use", "description": "Framebuffer use above 90% for 10 minutes.\nLook next at the workload's batch size.", "runbook": "Lower the batch size & restart <llama-train>."},
 					now.Add(-90*time.Minute), now.Add(time.Hour)),
 				alert(model.LabelSet{"alertname": "GPUMemoryAlmostFull", "severity": "critical", "instance": "gpu-01", "gpu": "1", "UUID": "GPU-1b", "cluster": "lab"},
