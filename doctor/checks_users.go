@@ -1,16 +1,64 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/gpuscope/gpuscope/workload"
 )
 
 // userChecks: the passwd file that names the user label's uids, read as
 // the collectors read it (workload.Users).
-func userChecks(_ context.Context, o *Options) []Check {
-	return []Check{usersCheck(o.Config.Workloads)}
+func userChecks(ctx context.Context, o *Options) []Check {
+	checks := []Check{usersCheck(o.Config.Workloads)}
+	if o.URL != "" {
+		checks = append(checks, unnamedUsersCheck(ctx, o))
+	}
+	return checks
+}
+
+// unnamedUsersCheck asks the running gpuscope which users its series show
+// as uids: the uids the passwd it reads does not name (read on the
+// nodes, by the service, where this doctor may see another file).
+func unnamedUsersCheck(ctx context.Context, o *Options) Check {
+	const name = "users/unnamed"
+	var res struct {
+		Result []struct {
+			Metric map[string]string `json:"metric"`
+		} `json:"result"`
+	}
+	q := `group by (instance, user) (container_last_seen{user=~"[0-9]+"} or gpuscope_gpu_container_processes{user=~"[0-9]+"})`
+	if err := apiGet(ctx, o, "/api/v1/query", url.Values{"query": {q}}, &res); err != nil {
+		return warn(name, "cannot ask the running gpuscope for its users: "+err.Error(), "")
+	}
+	byUID := map[string][]string{}
+	for _, r := range res.Result {
+		uid := r.Metric["user"]
+		if inst := r.Metric["instance"]; !slices.Contains(byUID[uid], inst) {
+			byUID[uid] = append(byUID[uid], inst)
+		}
+	}
+	if len(byUID) == 0 {
+		return ok(name, "every workload's user has a name")
+	}
+	var list []string
+	for _, uid := range slices.SortedFunc(maps.Keys(byUID), func(a, b string) int {
+		x, _ := strconv.Atoi(a)
+		y, _ := strconv.Atoi(b)
+		return cmp.Compare(x, y)
+	}) {
+		slices.Sort(byUID[uid])
+		list = append(list, uid+" (on "+strings.Join(byUID[uid], ", ")+")")
+	}
+	return warn(name, fmt.Sprintf("%d users show as uids, which the passwd gpuscope reads does not name: %s; their workloads are reported and grouped by uid",
+		len(list), strings.Join(list, "; ")),
+		"directory users (LDAP, SSSD) are not in /etc/passwd and gpuscope never calls NSS: on each node, point workloads.passwd_file at a copy kept fresh (getent passwd > /var/lib/gpuscope/passwd, from cron)")
 }
 
 func usersCheck(cfg workload.Config) Check {
