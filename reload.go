@@ -88,6 +88,7 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 		{"alertmanager", func(*promconfig.Config) error { return a.am.ApplyConfig(cfg.Alertmanager) }},
 		{"notify", func(c *promconfig.Config) error { return a.notifier.ApplyConfig(withOwnerLabels(c, cfg.Users)) }},
 		{"rules", func(c *promconfig.Config) error { return a.rules.ApplyConfig(c, cfg.Rules) }},
+		{"digests", func(*promconfig.Config) error { return a.digest.ApplyConfig(cfg.Digests) }},
 	}
 	var errs []error
 	for _, r := range reloaders {

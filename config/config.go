@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/alertmanager"
+	"github.com/gpuscope/gpuscope/digest"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/rules"
 	"github.com/gpuscope/gpuscope/scrape"
@@ -71,6 +72,8 @@ type Config struct {
 	// Users says how to reach each user (email, chat handle, receiver):
 	// the alerts naming a user carry them, for routes and templates.
 	Users alertmanager.Users
+	// Digests schedules the usage digests (per user and for the admin).
+	Digests digest.Config
 	// SelfMetrics says which of the process's own families /metrics
 	// exposes, and so which the built-in gpuscope job stores.
 	SelfMetrics SelfMetrics
@@ -181,6 +184,7 @@ type own struct {
 	Accounting  accounting.Config  `yaml:"accounting"`
 	Workloads   workload.Config    `yaml:"workloads"`
 	Users       alertmanager.Users `yaml:"users"`
+	Digests     digest.Config      `yaml:"digests"`
 	SelfMetrics SelfMetrics        `yaml:"self_metrics"`
 	// Alertmanager is read by loadAlertmanager, with Alertmanager's loader.
 	Alertmanager alertmanagerNode `yaml:"alertmanager"`
@@ -200,6 +204,7 @@ func defaultOwn() own {
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
 		Nodes:    scrape.DefaultNodes(),
 		Rules:    rules.DefaultConfig(),
+		Digests:  digest.DefaultConfig(),
 	}
 }
 
@@ -380,6 +385,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 			o.Rules.Validate,
 			o.Accounting.Validate,
 			o.Users.Validate,
+			o.Digests.Validate,
 		} {
 			if err := validate(); err != nil {
 				for _, e := range unjoin(err) {
@@ -412,6 +418,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		Accounting:   o.Accounting,
 		Workloads:    o.Workloads,
 		Users:        o.Users,
+		Digests:      o.Digests,
 		SelfMetrics:  o.SelfMetrics,
 		Alertmanager: am,
 		File:         file,

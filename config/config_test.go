@@ -121,7 +121,7 @@ func TestLoadErrors(t *testing.T) {
 		{"label value given a list", "global: {external_labels: {a: [1]}}\n", `test.yml:1: global.external_labels.a: a list is not a string`},
 
 		// Unknown keys, with the key meant.
-		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, users, web, workloads)"},
+		{"unknown section", "global:\n  scrape_interval: 1s\n\ngrafana: {}\n", "test.yml:4: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, digests, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, users, web, workloads)"},
 		{"misspelt section", "scrape_config: []\n", "test.yml:1: scrape_config: unknown key (did you mean scrape_configs?)"},
 		{"unknown key in cadvisor", "global: {}\ncadvisor:\n  enabled: true\n  housekeeping: 1s\n", "test.yml:4: cadvisor.housekeeping: unknown key (did you mean housekeeping_interval?)"},
 		{"unknown key in gpu", "gpu:\n  backend: auto\n\n\n  famlies: {}\n", "test.yml:5: gpu.famlies: unknown key (did you mean families?)"},
@@ -165,6 +165,7 @@ func TestLoadErrors(t *testing.T) {
 		{"user's email not an address", "users:\n  alice:\n    email: alice at lab\n",
 			`test.yml:3: users.alice.email: "alice at lab" is not an email address (e.g. alice@lab.example)`},
 		{"user with nothing", "users:\n  alice: {}\n", `test.yml:2: users.alice: gives no email, chat or receiver`},
+		{"digest schedule unparsable", "digests:\n  enabled: true\n  schedule: every monday\n", `test.yml:3: digests.schedule: "every monday" is not a day and time or a time ("Mon 08:00" weekly, "08:00" daily)`},
 		{"negative price per GPU-hour", "accounting:\n  price_per_gpu_hour:\n    default: 1.2\n    NVIDIA H100 80GB HBM3: -2.5\n", `test.yml:2: accounting.price_per_gpu_hour: "NVIDIA H100 80GB HBM3": -2.5 is not a price per GPU-hour (0 or more, e.g. 2.50)`},
 		{"price per GPU-hour not a number", "accounting:\n  price_per_gpu_hour:\n    default: .nan\n", `test.yml:2: accounting.price_per_gpu_hour: "default": NaN is not a price per GPU-hour (0 or more, e.g. 2.50)`},
 		{"relabel action", "scrape_configs:\n  - job_name: a\n    relabel_configs:\n      - action: foo\n", `test.yml:4: scrape_configs[0].relabel_configs[0].action: unknown relabel action "foo"`},

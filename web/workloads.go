@@ -13,6 +13,7 @@ import (
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/digest"
 )
 
 // WorkloadReporter computes the run report served at /api/v1/workloads.
@@ -91,4 +92,27 @@ func parseTimeParam(c echo.Context, name string, def time.Time) (time.Time, erro
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("invalid parameter %q: cannot parse %q to a valid timestamp (Unix seconds or RFC 3339)", name, v)
+}
+
+// DigestSender sends the usage digests of the period ending at end (zero:
+// now); *digest.Digest is one.
+type DigestSender interface {
+	Send(ctx context.Context, end time.Time) (digest.Sent, error)
+}
+
+// sendDigests serves POST /api/v1/digests/send: the usage digests now,
+// or for the period ending at end (RFC 3339 or Unix seconds), whatever
+// the schedule says, to check the routes or resend a week's.
+func sendDigests(d DigestSender) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		end, err := parseTimeParam(c, "end", time.Time{})
+		if err != nil {
+			return badData(c, err)
+		}
+		sent, err := d.Send(c.Request().Context(), end)
+		if err != nil {
+			return c.JSON(http.StatusUnprocessableEntity, apiv1.Response{Status: "error", ErrorType: "execution", Error: err.Error()})
+		}
+		return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: sent})
+	}
 }

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/digest"
 )
 
 // TestWorkloadsAPI: /api/v1/workloads answers in the query API's
@@ -53,5 +57,37 @@ func TestWorkloadsAPI(t *testing.T) {
 			require.Equal(t, "bad_data", env.ErrorType)
 			require.Equal(t, tc.want, env.Error)
 		})
+	}
+}
+
+type fakeDigests struct{ ends []time.Time }
+
+func (f *fakeDigests) Send(_ context.Context, end time.Time) (digest.Sent, error) {
+	f.ends = append(f.ends, end)
+	return digest.Sent{Start: end.Add(-time.Hour), End: end, Users: []string{"alice"}, Admin: true}, nil
+}
+
+// TestDigestsSendAPI: POST /api/v1/digests/send sends the digests now or
+// for the period ending at end, and is privileged: refused (403) where
+// the web config authenticates nobody, unless allowed.
+func TestDigestsSendAPI(t *testing.T) {
+	for _, allowed := range []bool{false, true} {
+		f := &fakeDigests{}
+		h, srv := newTestHandler(t, Options{AllowUnauthenticatedAdmin: allowed, API: &APIOptions{Digests: f}})
+		h.SetReady(true)
+		resp, err := http.Post(srv.URL+"/api/v1/digests/send?end=1796025600", "", nil)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !allowed {
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, string(body))
+			require.Empty(t, f.ends)
+			continue
+		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.JSONEq(t, `{"status":"success","data":{"start":"2026-11-30T07:00:00Z","end":"2026-11-30T08:00:00Z","users":["alice"],"admin":true}}`, string(body))
+		require.Equal(t, []time.Time{time.Unix(1796025600, 0).UTC()}, f.ends)
+		code, _ := get(t, srv.URL+"/api/v1/digests/send")
+		require.Equal(t, http.StatusNotFound, code, "POST only: a GET falls through to the query API, which has no such path")
 	}
 }
