@@ -238,7 +238,7 @@ func TestDigestTemplates(t *testing.T) {
 		Labels: model.LabelSet{"alertname": "GPUUsageDigest", "digest": "user", "user": "alice", "owner_chat": "@alice", "severity": "info"},
 		Annotations: model.LabelSet{"summary": "GPU use of alice from 2026-11-23 to 2026-11-30: 4.00 GPU-hours",
 			"description": "Your GPU use ...\nGPU-hours: 4.00\nIdle GPU-hours (held at under 5% SM share): 1.00",
-			"runs": "2", "gpu_hours": "4.00", "idle_gpu_hours": "1.00", "sm_share_avg_percent": "40", "gpu_memory_peak": "2.0 GiB",
+			"runs":        "2", "gpu_hours": "4.00", "idle_gpu_hours": "1.00", "sm_share_avg_percent": "40", "gpu_memory_peak": "2.0 GiB",
 			"energy_kwh": "1.20", "cost": "9.00", "currency": "EUR"}.Merge(period),
 		StartsAt: now, EndsAt: now.Add(time.Hour), GeneratorURL: "http://gpu-01:9089/api/v1/workloads?by=user",
 	}}
