@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"strconv"
 	"sync"
@@ -229,19 +230,19 @@ func period(start, end time.Time) string {
 }
 
 // figures are a group's figures as the digest's annotations carry them:
-// plain numbers in the API's units, to two decimals (the SM share as a
+// plain numbers in the API's units (see decimal; the SM share as a
 // percentage), "" where unknown.
 func figures(g accounting.Group) map[string]string {
 	f := map[string]string{
 		"runs":                  strconv.Itoa(g.Runs),
-		"gpu_hours":             strconv.FormatFloat(g.GPUHours, 'f', 2, 64),
-		"idle_gpu_hours":        strconv.FormatFloat(g.IdleGPUHours, 'f', 2, 64),
+		"gpu_hours":             decimal(g.GPUHours),
+		"idle_gpu_hours":        decimal(g.IdleGPUHours),
 		"sm_share_avg_percent":  strconv.FormatFloat(100*g.SMShareAvg, 'f', 0, 64),
 		"gpu_memory_peak_bytes": strconv.FormatFloat(g.GPUMemoryMaxBytes, 'f', 0, 64),
 		"gpu_memory_peak":       humanBytes(g.GPUMemoryMaxBytes),
 	}
 	if g.EnergyKWh != nil {
-		f["energy_kwh"] = strconv.FormatFloat(*g.EnergyKWh, 'f', 2, 64)
+		f["energy_kwh"] = decimal(*g.EnergyKWh)
 	}
 	if g.Cost != nil {
 		f["cost"] = strconv.FormatFloat(*g.Cost, 'f', 2, 64)
@@ -330,4 +331,13 @@ func humanBytes(b float64) string {
 		i++
 	}
 	return strconv.FormatFloat(b, 'f', 1, 64) + " " + units[i]
+}
+
+// decimal is v to two decimals, or to three significant digits below
+// 0.1, so that a short job's 0.004 GPU-hours do not read as none.
+func decimal(v float64) string {
+	if v == 0 || math.Abs(v) >= 0.1 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', min(2-int(math.Floor(math.Log10(math.Abs(v)))), 12), 64)
 }

@@ -59,6 +59,7 @@ func TestSend(t *testing.T) {
 		{User: "alice", GPUHours: 1, SMShareAvg: 0.1, GPUMemoryMaxBytes: 1 << 30, EnergyKWh: ptr(0.3), Cost: ptr(1.23), Currency: "EUR"},
 		{User: "bob", GPUHours: 2, SMShareAvg: 0.9, EnergyKWh: ptr(0.6), Cost: ptr(5), Currency: "EUR"},
 		{GPUHours: 0.5},
+		{User: "carol", GPUHours: 0.00412},
 	}}
 	snd := &fakeSender{}
 	ext, _ := url.Parse("http://gpu-01:9089/")
@@ -68,11 +69,12 @@ func TestSend(t *testing.T) {
 	end := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	sent, err := d.Send(context.Background(), end)
 	require.NoError(t, err)
-	require.Equal(t, Sent{Start: end.Add(-7 * 24 * time.Hour), End: end, Users: []string{"alice", "bob"}, Admin: true}, sent)
+	require.Equal(t, Sent{Start: end.Add(-7 * 24 * time.Hour), End: end, Users: []string{"alice", "bob", "carol"}, Admin: true}, sent)
 	require.Equal(t, []accounting.Query{{Start: end.Add(-7 * 24 * time.Hour), End: end}}, rep.queries)
 
 	alerts := snd.sent()
-	require.Len(t, alerts, 3)
+	require.Len(t, alerts, 4)
+	require.Equal(t, "0.00412", alerts[2].Annotations.Get("gpu_hours"), "a short job's GPU-hours are not 0.00")
 	alice := alerts[0]
 	require.Equal(t, `{alertname="GPUUsageDigest", digest="user", period="2026-11-23T08:00:00Z/2026-11-30T08:00:00Z", severity="info", user="alice"}`, alice.Labels.String())
 	require.Equal(t, "4.00", alice.Annotations.Get("gpu_hours"))
@@ -87,12 +89,12 @@ func TestSend(t *testing.T) {
 	require.Equal(t, end.Add(time.Hour), alice.EndsAt)
 	require.Equal(t, fmt.Sprintf("http://gpu-01:9089/api/v1/workloads?by=user&end=%d&start=%d", end.Unix(), end.Add(-7*24*time.Hour).Unix()), alice.GeneratorURL)
 
-	admin := alerts[2]
+	admin := alerts[3]
 	require.Equal(t, "admin", admin.Labels.Get("digest"))
 	require.Empty(t, admin.Labels.Get("user"))
 	require.Equal(t, "6.50", admin.Annotations.Get("gpu_hours"), "every run, the unknown user's too")
-	require.Equal(t, "4", admin.Annotations.Get("runs"))
-	require.Equal(t, "2", admin.Annotations.Get("users"))
+	require.Equal(t, "5", admin.Annotations.Get("runs"))
+	require.Equal(t, "3", admin.Annotations.Get("users"))
 	require.Regexp(t, `(?m)^USER\s+RUNS\s+GPU-H`, admin.Annotations.Get("description"))
 	require.Regexp(t, `(?m)^\(unknown\)\s+1\s+0\.50`, admin.Annotations.Get("description"))
 }
