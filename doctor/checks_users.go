@@ -15,18 +15,16 @@ import (
 
 // userChecks: the passwd file that names the user label's uids, read as
 // the collectors read it (workload.Users).
-func userChecks(ctx context.Context, o *Options) []Check {
-	checks := []Check{usersCheck(o.Config.Workloads)}
-	if o.URL != "" {
-		checks = append(checks, unnamedUsersCheck(ctx, o))
-	}
-	return checks
+func userChecks(_ context.Context, o *Options) []Check {
+	return []Check{usersCheck(o.Config.Workloads)}
 }
 
 // unnamedUsersCheck asks the running gpuscope which users its series show
 // as uids: the uids the passwd it reads does not name (read on the
-// nodes, by the service, where this doctor may see another file).
-func unnamedUsersCheck(ctx context.Context, o *Options) Check {
+// nodes, by the service, where this doctor may see another file). One of
+// applianceChecks, run once the appliance answers; found is false where
+// every user has a name (the users check says where names come from).
+func unnamedUsersCheck(ctx context.Context, o *Options) (c Check, found bool) {
 	const name = "users/unnamed"
 	var res struct {
 		Result []struct {
@@ -35,7 +33,7 @@ func unnamedUsersCheck(ctx context.Context, o *Options) Check {
 	}
 	q := `group by (instance, user) (container_last_seen{user=~"[0-9]+"} or gpuscope_gpu_container_processes{user=~"[0-9]+"})`
 	if err := apiGet(ctx, o, "/api/v1/query", url.Values{"query": {q}}, &res); err != nil {
-		return warn(name, "cannot ask the running gpuscope for its users: "+err.Error(), "")
+		return warn(name, "cannot ask the running gpuscope for its users: "+err.Error(), "see gpuscope's log; the query is "+q), true
 	}
 	byUID := map[string][]string{}
 	for _, r := range res.Result {
@@ -45,7 +43,7 @@ func unnamedUsersCheck(ctx context.Context, o *Options) Check {
 		}
 	}
 	if len(byUID) == 0 {
-		return ok(name, "every workload's user has a name")
+		return Check{}, false
 	}
 	var list []string
 	for _, uid := range slices.SortedFunc(maps.Keys(byUID), func(a, b string) int {
@@ -58,7 +56,7 @@ func unnamedUsersCheck(ctx context.Context, o *Options) Check {
 	}
 	return warn(name, fmt.Sprintf("%d users show as uids, which the passwd gpuscope reads does not name: %s; their workloads are reported and grouped by uid",
 		len(list), strings.Join(list, "; ")),
-		"directory users (LDAP, SSSD) are not in /etc/passwd and gpuscope never calls NSS: on each node, point workloads.passwd_file at a copy kept fresh (getent passwd > /var/lib/gpuscope/passwd, from cron)")
+		"directory users (LDAP, SSSD) are not in /etc/passwd and gpuscope never calls NSS: on each node, point workloads.passwd_file at a copy kept fresh (getent passwd > /var/lib/gpuscope/passwd, from cron)"), true
 }
 
 func usersCheck(cfg workload.Config) Check {

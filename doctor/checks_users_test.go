@@ -47,8 +47,8 @@ func TestUsersCheck(t *testing.T) {
 }
 
 // TestUnnamedUsersCheck: the running gpuscope's users that show as uids
-// are listed with their nodes, and the hint says how to name them; none,
-// and an appliance that cannot be asked, say so.
+// are listed with their nodes, and the hint says how to name them; with
+// none there is no line; an appliance that cannot be asked says so.
 func TestUnnamedUsersCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -56,7 +56,7 @@ func TestUnnamedUsersCheck(t *testing.T) {
 		status  string
 		summary string
 	}{
-		{"all named", nil, StatusOK, "every workload's user has a name"},
+		{"all named", nil, "", ""},
 		{"uids", []map[string]string{{"instance": "gpu-02", "user": "1001"}, {"instance": "gpu-01", "user": "1001"}, {"instance": "gpu-01", "user": "200"}}, StatusWarn,
 			"2 users show as uids, which the passwd gpuscope reads does not name: 200 (on gpu-01); 1001 (on gpu-01, gpu-02); their workloads are reported and grouped by uid"},
 	} {
@@ -71,7 +71,11 @@ func TestUnnamedUsersCheck(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			o := Options{Config: config.Default(nil), URL: srv.URL}.withDefaults()
-			c := unnamedUsersCheck(context.Background(), &o)
+			c, found := unnamedUsersCheck(context.Background(), &o)
+			require.Equal(t, tc.status != "", found)
+			if !found {
+				return
+			}
 			require.Equal(t, "users/unnamed", c.Name)
 			require.Equal(t, tc.status, c.Status)
 			require.Equal(t, tc.summary, c.Summary)
@@ -83,7 +87,8 @@ func TestUnnamedUsersCheck(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	o := Options{Config: config.Default(nil), URL: srv.URL}.withDefaults()
-	c := unnamedUsersCheck(context.Background(), &o)
+	c, found := unnamedUsersCheck(context.Background(), &o)
+	require.True(t, found)
 	require.Equal(t, StatusWarn, c.Status)
 	require.Contains(t, c.Summary, "cannot ask the running gpuscope for its users")
 }
