@@ -26,6 +26,7 @@ import (
 	"github.com/gpuscope/gpuscope/alertmanager"
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/dashboards"
+	"github.com/gpuscope/gpuscope/digest"
 	"github.com/gpuscope/gpuscope/doctor"
 	"github.com/gpuscope/gpuscope/query"
 	"github.com/gpuscope/gpuscope/rules"
@@ -64,6 +65,7 @@ type appliance struct {
 	notifier *rules.Notifier
 	rules    *rules.Manager
 	reporter *accounting.Reporter
+	digest   *digest.Digest
 	// ingest
 	collectors *nodeCollectors
 	scraper    *scrape.Scraper
@@ -207,6 +209,15 @@ func (a *appliance) buildQuery() error {
 		Prices:    func() accounting.Prices { return a.config.Load().Accounting.Prices() },
 		Logger:    a.logger.With("component", "accounting"),
 	})
+	if err != nil {
+		return err
+	}
+	a.digest, err = digest.New(digest.Options{
+		Reporter:    a.reporter,
+		Sender:      a.notifier.Manager(),
+		ExternalURL: externalURL,
+		Logger:      a.logger.With("component", "digest"),
+	})
 	return err
 }
 
@@ -320,6 +331,7 @@ func (a *appliance) apiOptions() *web.APIOptions {
 		QueryTimeout:              time.Duration(f.queryTimeout),
 		Parser:                    a.parser,
 		Workloads:                 a.reporter,
+		Digests:                   a.digest,
 	}
 }
 
@@ -373,6 +385,7 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	}
 	r.start("notify", a.notifier.Run)
 	r.start("rules", a.rules.Run)
+	r.start("digests", a.digest.Run)
 
 	a.web.SetReady(true)
 	a.health.Checks(ctx) // the first run now, so that the page has them when first opened

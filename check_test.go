@@ -70,7 +70,7 @@ func TestCheckConfig(t *testing.T) {
 		{
 			name:   "unknown section",
 			input:  "grafana:\n  url: http://grafana:3000\n",
-			stderr: "FAILED: @:1: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, web, workloads)\n",
+			stderr: "FAILED: @:1: grafana: unknown section (want one of accounting, alerting, alertmanager, cadvisor, digests, global, gpu, nodes, otlp, remote_read, remote_write, rule_files, rules, runtime, scrape_config_files, scrape_configs, self_metrics, storage, tracing, users, web, workloads)\n",
 		},
 		{
 			name:   "alertmanager section",

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	promconfig "github.com/prometheus/prometheus/config"
 
+	"github.com/gpuscope/gpuscope/alertmanager"
 	"github.com/gpuscope/gpuscope/config"
 )
 
@@ -85,8 +86,9 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 		}},
 		{"scrape", a.scraper.ApplyConfig},
 		{"alertmanager", func(*promconfig.Config) error { return a.am.ApplyConfig(cfg.Alertmanager) }},
-		{"notify", a.notifier.ApplyConfig},
+		{"notify", func(c *promconfig.Config) error { return a.notifier.ApplyConfig(withOwnerLabels(c, cfg.Users)) }},
 		{"rules", func(c *promconfig.Config) error { return a.rules.ApplyConfig(c, cfg.Rules) }},
+		{"digests", func(*promconfig.Config) error { return a.digest.ApplyConfig(cfg.Digests) }},
 	}
 	var errs []error
 	for _, r := range reloaders {
@@ -102,4 +104,18 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 		a.logger.Info("Configuration applied", "file", cfg.File, "scrape_interval", cfg.Prometheus.GlobalConfig.ScrapeInterval)
 	}
 	return errors.Join(errs...)
+}
+
+// withOwnerLabels is c with the users: section's alert relabellings
+// (owner_email, owner_chat, owner_receiver by the user label) before
+// alerting.alert_relabel_configs, so that the user's own relabelling
+// sees them; c itself where no user is mapped.
+func withOwnerLabels(c *promconfig.Config, users alertmanager.Users) *promconfig.Config {
+	rcs := users.AlertRelabelConfigs()
+	if len(rcs) == 0 {
+		return c
+	}
+	out := *c
+	out.AlertingConfig.AlertRelabelConfigs = append(rcs, c.AlertingConfig.AlertRelabelConfigs...)
+	return &out
 }

@@ -37,3 +37,57 @@ func TestPrintWorkloadsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestReportRange: --since and --month, and what each bad one gets.
+func TestReportRange(t *testing.T) {
+	now := time.Date(2026, 12, 2, 19, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name, since, month string
+		start, end         time.Time
+		err                string
+	}{
+		{name: "default a week", start: now.Add(-7 * 24 * time.Hour), end: now},
+		{name: "since", since: "24h", start: now.Add(-24 * time.Hour), end: now},
+		{name: "a past month", month: "2026-11", start: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), end: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{name: "this month ends now", month: "2026-12", start: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), end: now},
+		{name: "both", since: "7d", month: "2026-11", err: "--since 7d and --month 2026-11 both say what to report: give one"},
+		{name: "month unparsable", month: "November", err: `--month "November" is not a year and month (e.g. 2026-11)`},
+		{name: "month to come", month: "2027-01", err: "--month 2027-01 has not begun"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start, end, err := reportRange(tc.since, tc.month, now)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.start, start)
+			require.Equal(t, tc.end, end)
+		})
+	}
+}
+
+// TestPrintWorkloadsGrouped: --by asks the API for the sums by user and
+// prints them, a run without a user as (unknown); a bad --by is refused
+// before anything is asked.
+func TestPrintWorkloadsGrouped(t *testing.T) {
+	var asked string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = r.URL.Query().Get("by")
+		_, _ = w.Write([]byte(`{"status":"success","data":[` +
+			`{"group":{"user":"alice"},"runs":2,"gpu_hours":3.5,"idle_gpu_hours":0.5,"sm_share_avg":0.4,"gpu_memory_max_bytes":2147483648,"energy_kwh":1.25,"cpu_core_seconds":10},` +
+			`{"group":{"user":""},"runs":1,"gpu_hours":1,"idle_gpu_hours":0,"sm_share_avg":0.9,"gpu_memory_max_bytes":0,"energy_kwh":null,"cpu_core_seconds":0}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	var b bytes.Buffer
+	err := printWorkloads(context.Background(), &b, workloadsRequest{server: srv.URL, by: []string{"user"}, format: "table", now: time.Now()})
+	require.NoError(t, err)
+	require.Equal(t, "user", asked)
+	require.Regexp(t, `(?m)^USER\s+RUNS\s+GPU-H\s+IDLE GPU-H\s+SM AVG\s+GPU MEM PEAK\s+KWH\s+CPU-S\n`+
+		`alice\s+2\s+3\.50\s+0\.50\s+40%\s+2\.0 GiB\s+1\.250\s+10\n`+
+		`\(unknown\)\s+1\s+1\.00\s+0\.00\s+90%\s+-\s+-\s+0\n$`, b.String())
+
+	b.Reset()
+	err = printWorkloads(context.Background(), &b, workloadsRequest{server: srv.URL, by: []string{"user,team"}, format: "table", now: time.Now()})
+	require.ErrorContains(t, err, `--by: cannot group by "team": one of`)
+}

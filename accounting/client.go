@@ -51,8 +51,34 @@ func NewClient(o ClientOptions) (*Client, error) {
 // A zero Start or End is left to the server's default (the 7 days up to
 // its now); others are sent to the second.
 func (c *Client) Report(ctx context.Context, q Query) (Report, error) {
+	var runs []Run
+	warnings, err := c.get(ctx, q, nil, &runs)
+	return Report{Runs: runs, Warnings: warnings}, err
+}
+
+// GroupedReport is a report's runs summed by groups, and what the reader
+// should know about their figures.
+type GroupedReport struct {
+	Groups   []Group
+	Warnings []string
+}
+
+// Groups asks for the report of q summed by the grouping names by (as
+// ParseGroupBy checks them; the server checks them again).
+func (c *Client) Groups(ctx context.Context, q Query, by []string) (GroupedReport, error) {
+	var groups []Group
+	warnings, err := c.get(ctx, q, by, &groups)
+	return GroupedReport{Groups: groups, Warnings: warnings}, err
+}
+
+// get asks /api/v1/workloads for q, grouped by by if any, and decodes
+// its data into data.
+func (c *Client) get(ctx context.Context, q Query, by []string, data any) ([]string, error) {
 	u := c.base.JoinPath("api/v1/workloads")
 	v := url.Values{}
+	if len(by) > 0 {
+		v.Set("by", strings.Join(by, ","))
+	}
 	if !q.Start.IsZero() {
 		v.Set("start", strconv.FormatInt(q.Start.Unix(), 10))
 	}
@@ -67,35 +93,40 @@ func (c *Client) Report(ctx context.Context, q Query) (Report, error) {
 	where := c.base.Redacted()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return Report{}, fmt.Errorf("ask %s: %w", where, err)
+		return nil, fmt.Errorf("ask %s: %w", where, err)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return Report{}, fmt.Errorf("cannot reach gpuscope at %s: %w (is `gpuscope serve` running there? --url says where)", where, unwrapURLError(err))
+		return nil, fmt.Errorf("cannot reach gpuscope at %s: %w (is `gpuscope serve` running there? --url says where)", where, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return Report{}, fmt.Errorf("read the report from %s: %w", where, err)
+		return nil, fmt.Errorf("read the report from %s: %w", where, err)
 	}
 	var env struct {
-		Status   string   `json:"status"`
-		Data     []Run    `json:"data"`
-		Error    string   `json:"error"`
-		Warnings []string `json:"warnings"`
+		Status   string          `json:"status"`
+		Data     json.RawMessage `json:"data"`
+		Error    string          `json:"error"`
+		Warnings []string        `json:"warnings"`
 	}
 	decodeErr := json.Unmarshal(body, &env)
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return Report{}, fmt.Errorf("%s has no /api/v1/workloads (a `gpuscope agent`, an older gpuscope, or not gpuscope): %s", where, resp.Status)
+		return nil, fmt.Errorf("%s has no /api/v1/workloads (a `gpuscope agent`, an older gpuscope, or not gpuscope): %s", where, resp.Status)
 	case resp.StatusCode == http.StatusUnauthorized:
-		return Report{}, fmt.Errorf("%s asks for credentials (%s): give them in --url as http://user:password@host:port", where, resp.Status)
+		return nil, fmt.Errorf("%s asks for credentials (%s): give them in --url as http://user:password@host:port", where, resp.Status)
 	case decodeErr == nil && env.Status == "error":
-		return Report{}, fmt.Errorf("gpuscope at %s: %s", where, env.Error)
+		return nil, fmt.Errorf("gpuscope at %s: %s", where, env.Error)
 	case resp.StatusCode != http.StatusOK || decodeErr != nil:
-		return Report{}, fmt.Errorf("gpuscope at %s answered %s: %s", where, resp.Status, snippet(body))
+		return nil, fmt.Errorf("gpuscope at %s answered %s: %s", where, resp.Status, snippet(body))
 	}
-	return Report{Runs: env.Data, Warnings: env.Warnings}, nil
+	if len(env.Data) > 0 {
+		if err := json.Unmarshal(env.Data, data); err != nil {
+			return nil, fmt.Errorf("gpuscope at %s answered a report this gpuscope cannot read: %w", where, err)
+		}
+	}
+	return env.Warnings, nil
 }
 
 // unwrapURLError drops net/http's "Get \"<url>\":" prefix, which repeats

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -26,6 +27,7 @@ import (
 // report integrates; rules/pack/accounting.yml defines them.
 const (
 	seriesGPUHeld    = "gpu_workload:gpu_held:present"
+	seriesGPUIdle    = "gpu_workload:gpu_held_idle:present"
 	seriesSMShare    = "gpu_workload:gpu_sm_share:ratio"
 	seriesGPUMemory  = "gpu_workload:gpu_memory_used_bytes:max1m"
 	seriesGPUPower   = "gpu_workload:gpu_power_watts:apportioned"
@@ -60,12 +62,34 @@ var ErrEmptyRange = errors.New("empty range")
 // held a GPU, or when the query asks for all.
 var listedRuntimes = []string{workload.RuntimeDocker, workload.RuntimePodman, workload.RuntimeContainerd, workload.RuntimeSlurm}
 
-// Prices turn energy into money and CO₂. Zero leaves them out of the
-// report.
+// Prices turn energy and GPU-hours into money and CO₂. Zero leaves them
+// out of the report.
 type Prices struct {
 	PerKWh         float64
 	Currency       string
 	GramsCO2PerKWh float64
+	// PerGPUHour is the price of an hour of a GPU by its model (the GPU
+	// series' modelName), the key DefaultModel for the models not named.
+	// A MIG instance's hour is charged as its GPU's.
+	PerGPUHour map[string]float64
+}
+
+// DefaultModel is the key of PerGPUHour whose price applies to every GPU
+// model not named.
+const DefaultModel = "default"
+
+// gpuHourPrice is what an hour of a GPU of model costs: its own price,
+// else the default, else nothing.
+func (p Prices) gpuHourPrice(model string) float64 {
+	if v, ok := p.PerGPUHour[model]; ok {
+		return v
+	}
+	return p.PerGPUHour[DefaultModel]
+}
+
+// priced says whether the report has costs at all.
+func (p Prices) priced() bool {
+	return p.PerKWh > 0 || slices.ContainsFunc(slices.Collect(maps.Values(p.PerGPUHour)), func(v float64) bool { return v > 0 })
 }
 
 // RuleGroups is what the report asks of the rule manager: the groups it
@@ -165,6 +189,11 @@ type Query struct {
 	// workload label): the per-workload page's report reads that
 	// workload's series only, not every cgroup's.
 	Workload string
+	// Labels are labels to read for each run beside its identity, for a
+	// report grouped by label:<name>: from cAdvisor's and the GPU
+	// collector's raw per-cgroup series (a target's labels, a
+	// relabelling's), the last value in the range.
+	Labels []string
 }
 
 // Run is one row of the report. Energy, cost and CO₂ are nil where they
@@ -179,16 +208,22 @@ type Run struct {
 	SlurmJobID     string `json:"slurm_job_id,omitempty"`
 	SlurmStep      string `json:"slurm_step,omitempty"`
 	SlurmUser      string `json:"slurm_user,omitempty"`
-	Instance       string `json:"instance"`
-	ID             string `json:"id"`
+	// User is who ran it, as the user label has it: a name from the
+	// host's passwd, or the uid where passwd does not know it.
+	User     string `json:"user,omitempty"`
+	Instance string `json:"instance"`
+	ID       string `json:"id"`
 
 	Start           time.Time  `json:"start"`
 	End             *time.Time `json:"end"` // nil while running
 	Running         bool       `json:"running"`
 	DurationSeconds float64    `json:"duration_seconds"`
 
-	GPUs                []string `json:"gpus"`
-	GPUHours            float64  `json:"gpu_hours"`
+	GPUs     []string `json:"gpus"`
+	GPUHours float64  `json:"gpu_hours"`
+	// IdleGPUHours are the GPU-hours held at under 5 % SM share
+	// (GPUHeldIdle's threshold); 0 where the driver gives no share (MIG).
+	IdleGPUHours        float64  `json:"idle_gpu_hours"`
 	SMShareAvg          float64  `json:"sm_share_avg"`
 	SMShareMax          float64  `json:"sm_share_max"`
 	GPUMemoryMaxBytes   float64  `json:"gpu_memory_max_bytes"`
@@ -197,6 +232,9 @@ type Run struct {
 	Cost                *float64 `json:"cost,omitempty"`
 	Currency            string   `json:"currency,omitempty"`
 	CO2Grams            *float64 `json:"co2_grams,omitempty"`
+	// Labels are the run's values of the labels a grouped report was
+	// asked to group by (label:<name>); not in the API's answer.
+	Labels map[string]string `json:"-"`
 
 	CPUCoreSeconds float64 `json:"cpu_core_seconds"`
 	MemoryMaxBytes float64 `json:"memory_max_bytes"`
@@ -246,11 +284,14 @@ func (r *Reporter) Report(ctx context.Context, q Query) (Report, error) {
 	d.cgroups()
 	d.gpuHours()
 	d.dropUnlisted()
+	d.extraLabels()
 	d.starts()
 	d.ends()
 	d.smShare()
+	d.idleHours()
 	d.gpuMemory()
 	d.energy(r.o.Prices())
+	d.cost(r.o.Prices())
 	d.cpu()
 	d.memory()
 	d.oomKills()
@@ -286,8 +327,12 @@ type draft struct {
 	extraIDs []string
 	// lastSeen is the last sighting of each run cAdvisor saw (cgroups).
 	lastSeen map[runKey]float64
-	// gpusOf is each run's GPUs (gpuHours), for their memory totals.
-	gpusOf map[runKey][]gpuKey
+	// gpusOf is each run's GPUs (gpuHours), for their memory totals;
+	// hoursOn its GPU-hours on each, modelOf each GPU's model
+	// (gpuMemory), both for the price of its GPU-hours.
+	gpusOf  map[runKey][]gpuKey
+	hoursOn map[runKey]map[gpuKey]float64
+	modelOf map[gpuKey]string
 }
 
 type gpuKey struct{ instance, gpu, uuid, gi string }
@@ -353,6 +398,7 @@ func (d *draft) cgroups() {
 func (d *draft) gpuHours() {
 	interval := d.interval.Seconds()
 	d.gpusOf = map[runKey][]gpuKey{}
+	d.hoursOn = map[runKey]map[gpuKey]float64{}
 	for _, s := range d.heldBy {
 		k := keyOf(s.Metric)
 		run, ok := d.runs[k]
@@ -362,9 +408,35 @@ func (d *draft) gpuHours() {
 			d.runs[k] = run
 		}
 		run.GPUHours += s.F * interval / 3600
+		g := gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}
+		if d.hoursOn[k] == nil {
+			d.hoursOn[k] = map[gpuKey]float64{}
+		}
+		d.hoursOn[k][g] += s.F * interval / 3600
 		if name := gpuName(s.Metric); !slices.Contains(run.GPUs, name) {
 			run.GPUs = append(run.GPUs, name)
-			d.gpusOf[k] = append(d.gpusOf[k], gpuKey{k.instance, s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")})
+			d.gpusOf[k] = append(d.gpusOf[k], g)
+		}
+	}
+}
+
+// extraLabels reads the labels the query asks for beside the identity.
+// The accounting series and their roll-up keep only the identity, so
+// these come from the raw series over the whole range.
+func (d *draft) extraLabels() {
+	for _, name := range d.q.Labels {
+		if !model.LegacyValidation.IsValidLabelName(name) {
+			continue // ParseGroupBy refuses it with a message; no query is built of it
+		}
+		sel := `{id!="/", ` + name + `!=""}` + d.e.rng
+		for _, s := range d.e.vector(`max by (instance, id, ` + name + `) (max_over_time(container_last_seen` + sel + `))` +
+			` or max by (instance, id, ` + name + `) (max_over_time(gpuscope_gpu_container_processes` + sel + `))`) {
+			if run, ok := d.runs[keyOf(s.Metric)]; ok {
+				if run.Labels == nil {
+					run.Labels = map[string]string{}
+				}
+				run.Labels[name] = s.Metric.Get(name)
+			}
 		}
 	}
 }
@@ -457,8 +529,17 @@ func (d *draft) smShare() {
 		func(run *Run, v float64) { run.SMShareMax = v })
 }
 
+// idleHours sets each run's GPU-hours held at under 5 % SM share.
+func (d *draft) idleHours() {
+	interval := d.interval.Seconds()
+	eachRun(d.runs, d.e.over(d.segs, sum,
+		stat(`sum by (instance, id) (sum_over_time(`+seriesGPUIdle+`%s))`),
+		stat(`sum by (instance, id) (sum_over_time(gpu_workload:gpu_held_idle:sum1h%s))`)),
+		func(run *Run, v float64) { run.IdleGPUHours = v * interval / 3600 })
+}
+
 // gpuMemory sets each run's peak GPU memory and the largest memory of
-// the GPUs it held.
+// the GPUs it held, and finds each GPU's model.
 func (d *draft) gpuMemory() {
 	eachRun(d.runs, d.e.over(d.segs, math.Max,
 		stat(`max by (instance, id) (max_over_time(`+seriesGPUMemory+`%s))`),
@@ -469,15 +550,22 @@ func (d *draft) gpuMemory() {
 	// Without the roll-up, an hourly subquery rather than every scrape.
 	var totals []promql.Sample
 	if len(d.segs) == 1 && !d.segs[0].hourly {
-		totals = d.e.vector(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(d.e.rng, "]") + `:1h]))`)
+		totals = d.e.vector(`max by (instance, gpu, UUID, GPU_I_ID, modelName) (max_over_time(DCGM_FI_DEV_FB_TOTAL` + strings.TrimSuffix(d.e.rng, "]") + `:1h]))`)
 	} else {
 		totals = d.e.over(d.segs, math.Max,
-			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(DCGM_FI_DEV_FB_TOTAL%s))`),
-			stat(`max by (instance, gpu, UUID, GPU_I_ID) (max_over_time(gpu:dcgm_fi_dev_fb_total:max1h%s))`))
+			stat(`max by (instance, gpu, UUID, GPU_I_ID, modelName) (max_over_time(DCGM_FI_DEV_FB_TOTAL%s))`),
+			stat(`max by (instance, gpu, UUID, GPU_I_ID, modelName) (max_over_time(gpu:dcgm_fi_dev_fb_total:max1h%s))`))
 	}
 	total := map[gpuKey]float64{}
+	d.modelOf = map[gpuKey]string{}
 	for _, s := range totals {
-		total[gpuKey{s.Metric.Get("instance"), s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}] = s.F * 1048576
+		g := gpuKey{s.Metric.Get("instance"), s.Metric.Get("gpu"), s.Metric.Get("UUID"), s.Metric.Get("GPU_I_ID")}
+		total[g] = math.Max(total[g], s.F*1048576)
+		// Hours rolled up before the roll-up kept the model have none:
+		// the model another segment names wins.
+		if m := s.Metric.Get("modelName"); m != "" {
+			d.modelOf[g] = m
+		}
 	}
 	for k, gs := range d.gpusOf {
 		for _, g := range gs {
@@ -487,7 +575,7 @@ func (d *draft) gpuMemory() {
 }
 
 // energy sets each run's share of its GPUs' energy and, as prices says,
-// its cost and CO₂.
+// its CO₂.
 func (d *draft) energy(prices Prices) {
 	interval := d.interval.Seconds()
 	eachRun(d.runs, d.e.over(d.segs, sum,
@@ -496,15 +584,38 @@ func (d *draft) energy(prices Prices) {
 		func(run *Run, v float64) {
 			kwh := v * interval / 3.6e6
 			run.EnergyKWh = &kwh
-			if prices.PerKWh > 0 {
-				cost := kwh * prices.PerKWh
-				run.Cost, run.Currency = &cost, prices.Currency
-			}
 			if prices.GramsCO2PerKWh > 0 {
 				co2 := kwh * prices.GramsCO2PerKWh
 				run.CO2Grams = &co2
 			}
 		})
+}
+
+// cost sets each run's cost: its energy at the price per kWh plus its
+// hours on each GPU at that GPU model's price per GPU-hour. A run whose
+// GPUs report no power is charged its GPU-hours only; a run with nothing
+// to charge (no price applies) has no cost.
+func (d *draft) cost(prices Prices) {
+	if !prices.priced() {
+		return
+	}
+	for k, run := range d.runs {
+		var cost float64
+		charged := false
+		if prices.PerKWh > 0 && run.EnergyKWh != nil {
+			cost += *run.EnergyKWh * prices.PerKWh
+			charged = true
+		}
+		for g, h := range d.hoursOn[k] {
+			if p := prices.gpuHourPrice(d.modelOf[g]); p > 0 {
+				cost += h * p
+				charged = true
+			}
+		}
+		if charged {
+			run.Cost, run.Currency = &cost, prices.Currency
+		}
+	}
 }
 
 // cpu sets each run's CPU core-seconds from the kernel's counter (since
@@ -680,6 +791,7 @@ func setIdentity(run *Run, m labels.Labels) {
 	run.SlurmJobID = m.Get(workload.LabelSlurmJobID)
 	run.SlurmStep = m.Get(workload.LabelSlurmStep)
 	run.SlurmUser = m.Get(workload.LabelSlurmUser)
+	run.User = m.Get(workload.LabelUser)
 	if run.Workload == "" {
 		run.Workload = run.ID
 	}

@@ -23,7 +23,7 @@ func WriteTable(w io.Writer, runs []Run, now time.Time) error {
 		priced = priced || r.Cost != nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	header := "WORKLOAD\tRUNTIME\tIMAGE/JOB\tNODE\tSTARTED\tDURATION\tGPUS\tGPU-H\tSM AVG/MAX\tGPU MEM\tKWH"
+	header := "WORKLOAD\tRUNTIME\tUSER\tIMAGE/JOB\tNODE\tSTARTED\tDURATION\tGPUS\tGPU-H\tSM AVG/MAX\tGPU MEM\tKWH"
 	if priced {
 		header += "\tCOST"
 	}
@@ -40,7 +40,7 @@ func WriteTable(w io.Writer, runs []Run, now time.Time) error {
 		if r.Running {
 			duration += " (running)"
 		}
-		row := []string{cell(oneLine(r.Workload)), r.Runtime, cell(oneLine(what)), cell(r.Instance), ago(r.Start, now), duration,
+		row := []string{cell(oneLine(r.Workload)), r.Runtime, cell(oneLine(r.User)), cell(oneLine(what)), cell(r.Instance), ago(r.Start, now), duration,
 			cell(strings.Join(r.GPUs, ",")), strconv.FormatFloat(r.GPUHours, 'f', 2, 64),
 			fmt.Sprintf("%.0f%%/%.0f%%", 100*r.SMShareAvg, 100*r.SMShareMax), bytesOrDash(r.GPUMemoryMaxBytes), kwhOrDash(r.EnergyKWh)}
 		if priced {
@@ -59,7 +59,10 @@ func WriteCSV(w io.Writer, runs []Run) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"workload", "runtime", "image", "slurm_job_id", "slurm_user", "node", "id", "start", "end", "duration_seconds",
 		"gpus", "gpu_hours", "sm_share_avg", "sm_share_max", "gpu_memory_max_bytes", "energy_kwh", "cost", "currency", "co2_grams",
-		"cpu_core_seconds", "memory_max_bytes", "oom_kills", "xid_errors", "alerts", "bottleneck"})
+		"cpu_core_seconds", "memory_max_bytes", "oom_kills", "xid_errors", "alerts", "bottleneck",
+		// Added after the rest, so that scripts reading columns by
+		// position go on working.
+		"user", "idle_gpu_hours"})
 	for _, r := range runs {
 		end := ""
 		if r.End != nil {
@@ -68,7 +71,8 @@ func WriteCSV(w io.Writer, runs []Run) error {
 		_ = cw.Write([]string{r.Workload, r.Runtime, r.Image, r.SlurmJobID, r.SlurmUser, r.Instance, r.ID, timeOrEmpty(r.Start), end,
 			num(r.DurationSeconds), strings.Join(r.GPUs, " "), num(r.GPUHours), num(r.SMShareAvg), num(r.SMShareMax), num(r.GPUMemoryMaxBytes),
 			optNum(r.EnergyKWh), optNum(r.Cost), r.Currency, optNum(r.CO2Grams),
-			num(r.CPUCoreSeconds), num(r.MemoryMaxBytes), strconv.Itoa(r.OOMKills), strconv.Itoa(r.XIDErrors), strings.Join(r.Alerts, " "), r.Bottleneck})
+			num(r.CPUCoreSeconds), num(r.MemoryMaxBytes), strconv.Itoa(r.OOMKills), strconv.Itoa(r.XIDErrors), strings.Join(r.Alerts, " "), r.Bottleneck,
+			r.User, num(r.IdleGPUHours)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -168,4 +172,84 @@ func timeOrEmpty(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// Unknown is how a table shows a group without a value: runs whose user
+// (or other grouping label) is not known.
+const Unknown = "(unknown)"
+
+// WriteGroupTable prints a grouped report for people: one row per group,
+// a COST column only when some group is priced. Idle GPU-hours are the
+// hours held at under 5 % SM share.
+func WriteGroupTable(w io.Writer, by []string, groups []Group) error {
+	if len(groups) == 0 {
+		_, err := fmt.Fprintln(w, "No workloads in this range.")
+		return err
+	}
+	priced := false
+	for _, g := range groups {
+		priced = priced || g.Cost != nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	var header []string
+	for _, name := range by {
+		header = append(header, strings.ToUpper(strings.TrimPrefix(name, LabelPrefix)))
+	}
+	header = append(header, "RUNS", "GPU-H", "IDLE GPU-H", "SM AVG", "GPU MEM PEAK", "KWH")
+	if priced {
+		header = append(header, "COST")
+	}
+	fmt.Fprintln(tw, strings.Join(append(header, "CPU-S"), "\t"))
+	for _, g := range groups {
+		var row []string
+		for _, name := range by {
+			v := g.Key[name]
+			if v == "" {
+				v = Unknown
+			}
+			row = append(row, oneLine(v))
+		}
+		row = append(row, strconv.Itoa(g.Runs), strconv.FormatFloat(g.GPUHours, 'f', 2, 64), strconv.FormatFloat(g.IdleGPUHours, 'f', 2, 64),
+			fmt.Sprintf("%.0f%%", 100*g.SMShareAvg), bytesOrDash(g.GPUMemoryMaxBytes), kwhOrDash(g.EnergyKWh))
+		if priced {
+			row = append(row, moneyOrDash(g.Cost, g.Currency))
+		}
+		row = append(row, strconv.FormatFloat(g.CPUCoreSeconds, 'f', 0, 64))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// WriteGroupCSV prints a grouped report for spreadsheets: a column per
+// grouping name (label:<name> as <name>), then the sums in the API's
+// units, empty cells where the JSON has null.
+func WriteGroupCSV(w io.Writer, by []string, groups []Group) error {
+	cw := csv.NewWriter(w)
+	var header []string
+	for _, name := range by {
+		header = append(header, strings.TrimPrefix(name, LabelPrefix))
+	}
+	_ = cw.Write(append(header, "runs", "gpu_hours", "idle_gpu_hours", "sm_share_avg", "gpu_memory_max_bytes", "energy_kwh",
+		"cost", "currency", "co2_grams", "cpu_core_seconds"))
+	for _, g := range groups {
+		var row []string
+		for _, name := range by {
+			row = append(row, g.Key[name])
+		}
+		_ = cw.Write(append(row, strconv.Itoa(g.Runs), num(g.GPUHours), num(g.IdleGPUHours), num(g.SMShareAvg), num(g.GPUMemoryMaxBytes),
+			optNum(g.EnergyKWh), optNum(g.Cost), g.Currency, optNum(g.CO2Grams), num(g.CPUCoreSeconds)))
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteGroupJSON prints a grouped report for scripts, as the API's data:
+// [] when there are none.
+func WriteGroupJSON(w io.Writer, groups []Group) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if groups == nil {
+		groups = []Group{}
+	}
+	return enc.Encode(groups)
 }

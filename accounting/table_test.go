@@ -15,7 +15,7 @@ func sampleRuns(now time.Time) []Run {
 	kwh, cost := 0.6, 0.18
 	end := now.Add(-time.Hour)
 	return []Run{
-		{Workload: "llama-train", Runtime: "docker", Image: "trainer:1", Instance: "gpu-03", ID: "/docker/aaa",
+		{Workload: "llama-train", Runtime: "docker", User: "bob", Image: "trainer:1", Instance: "gpu-03", ID: "/docker/aaa",
 			Start: now.Add(-2 * time.Hour), Running: true, DurationSeconds: 7200, GPUs: []string{"0", "1"}, GPUHours: 4,
 			SMShareAvg: 0.8, SMShareMax: 0.95, GPUMemoryMaxBytes: 10 << 30, EnergyKWh: &kwh, Cost: &cost, Currency: "EUR",
 			CPUCoreSeconds: 3600, MemoryMaxBytes: 2 << 30, Alerts: []string{"ContainerCPUSaturated"}, Bottleneck: "input-bound"},
@@ -34,9 +34,9 @@ func TestWriteRuns(t *testing.T) {
 	require.NoError(t, WriteTable(&b, runs, now))
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	require.Len(t, lines, 3, "a header and one row per run, the newline in a name notwithstanding:\n%s", b.String())
-	require.Regexp(t, `^WORKLOAD\s+RUNTIME\s+IMAGE/JOB\s+NODE\s+STARTED\s+DURATION\s+GPUS\s+GPU-H\s+SM AVG/MAX\s+GPU MEM\s+KWH\s+COST\s+CPU-S`, lines[0])
-	require.Regexp(t, `^llama-train\s+docker\s+trainer:1\s+gpu-03\s+2h00m ago\s+2h00m \(running\)\s+0,1\s+4\.00\s+80%/95%\s+10\.0 GiB\s+0\.600\s+0\.18 EUR\s+3600\s+2\.0 GiB\s+0\s+0\s+ContainerCPUSaturated\s+input-bound$`, lines[1])
-	require.Regexp(t, `^job 42 evil\s+slurm\s+job 42 \(alice\)\s+gpu-04\s+3h00m ago\s+2h00m\s+-\s+0\.00\s+0%/0%\s+-\s+-\s+-\s+0\s+-\s+1\s+2\s+-\s+-$`, lines[2])
+	require.Regexp(t, `^WORKLOAD\s+RUNTIME\s+USER\s+IMAGE/JOB\s+NODE\s+STARTED\s+DURATION\s+GPUS\s+GPU-H\s+SM AVG/MAX\s+GPU MEM\s+KWH\s+COST\s+CPU-S`, lines[0])
+	require.Regexp(t, `^llama-train\s+docker\s+bob\s+trainer:1\s+gpu-03\s+2h00m ago\s+2h00m \(running\)\s+0,1\s+4\.00\s+80%/95%\s+10\.0 GiB\s+0\.600\s+0\.18 EUR\s+3600\s+2\.0 GiB\s+0\s+0\s+ContainerCPUSaturated\s+input-bound$`, lines[1])
+	require.Regexp(t, `^job 42 evil\s+slurm\s+-\s+job 42 \(alice\)\s+gpu-04\s+3h00m ago\s+2h00m\s+-\s+0\.00\s+0%/0%\s+-\s+-\s+-\s+0\s+-\s+1\s+2\s+-\s+-$`, lines[2])
 
 	b.Reset()
 	require.NoError(t, WriteTable(&b, runs[1:], now))

@@ -55,6 +55,8 @@ type Config struct {
 	// DefaultRoute says that the text had no route, so gpuscope added its
 	// default route (and its inhibit rules, when the text had none).
 	DefaultRoute bool
+
+	dir string // where relative paths are resolved, for WithOwnerRoutes
 }
 
 // shape is what Load needs to know of a text before Alertmanager reads
@@ -85,7 +87,7 @@ func Load(text, dir string) (*Config, error) {
 	cfg, err := amconfig.Load(text)
 	// The text as a file of its own: without the blank lines that stand
 	// for the rest of gpuscope.yml.
-	c := &Config{Alertmanager: cfg, Text: strings.Trim(text, "\n") + "\n"}
+	c := &Config{Alertmanager: cfg, Text: strings.Trim(text, "\n") + "\n", dir: dir}
 	if strings.TrimSpace(text) == "" {
 		c.Text = ""
 	}

@@ -42,7 +42,7 @@ func sampleGroups(now time.Time) map[string]struct {
 		"firing": {
 			group: model.LabelSet{"instance": "gpu-01", "alertname": "GPUMemoryAlmostFull"},
 			alerts: []*types.Alert{
-				alert(model.LabelSet{"alertname": "GPUMemoryAlmostFull", "severity": "critical", "instance": "gpu-01", "gpu": "0", "UUID": "GPU-0a", "workload": "llama-train", "cluster": "lab"},
+				alert(model.LabelSet{"alertname": "GPUMemoryAlmostFull", "severity": "critical", "instance": "gpu-01", "gpu": "0", "UUID": "GPU-0a", "workload": "llama-train", "user": "alice", "owner_chat": "@alice", "cluster": "lab"},
 					model.LabelSet{"summary": "GPU 0 on gpu-01 has 95% of its memory in use", "description": "Framebuffer use above 90% for 10 minutes.\nLook next at the workload's batch size.", "runbook": "Lower the batch size & restart <llama-train>."},
 					now.Add(-90*time.Minute), now.Add(time.Hour)),
 				alert(model.LabelSet{"alertname": "GPUMemoryAlmostFull", "severity": "critical", "instance": "gpu-01", "gpu": "1", "UUID": "GPU-1b", "cluster": "lab"},
@@ -222,4 +222,54 @@ func TestUserTemplatesOverride(t *testing.T) {
 
 	_, err = templates([]string{filepath.Join(dir, "[")}, nil)
 	require.ErrorContains(t, err, "syntax error in pattern")
+}
+
+// TestDigestTemplates: a user's usage digest renders as a table of their
+// figures in the email, with its summary as the subject; the admin's as
+// its fixed-width table; in chat as the figures in plain text.
+func TestDigestTemplates(t *testing.T) {
+	ext, err := url.Parse("http://gpu-01:9089/")
+	require.NoError(t, err)
+	tmpl, err := templates(nil, templateURL(ext))
+	require.NoError(t, err)
+	now := time.Now()
+	period := model.LabelSet{"period_start": "2026-11-23T08:00:00Z", "period_end": "2026-11-30T08:00:00Z"}
+	user := &types.Alert{Alert: model.Alert{
+		Labels: model.LabelSet{"alertname": "GPUUsageDigest", "digest": "user", "user": "alice", "owner_chat": "@alice", "severity": "info"},
+		Annotations: model.LabelSet{"summary": "GPU use of alice from 2026-11-23 to 2026-11-30: 4.00 GPU-hours",
+			"description": "Your GPU use ...\nGPU-hours: 4.00\nIdle GPU-hours (held at under 5% SM share): 1.00",
+			"runs":        "2", "gpu_hours": "4.00", "idle_gpu_hours": "1.00", "sm_share_avg_percent": "40", "gpu_memory_peak": "2.0 GiB",
+			"energy_kwh": "1.20", "cost": "9.00", "currency": "EUR"}.Merge(period),
+		StartsAt: now, EndsAt: now.Add(time.Hour), GeneratorURL: "http://gpu-01:9089/api/v1/workloads?by=user",
+	}}
+	admin := &types.Alert{Alert: model.Alert{
+		Labels: model.LabelSet{"alertname": "GPUUsageDigest", "digest": "admin", "severity": "info"},
+		Annotations: model.LabelSet{"summary": "GPU use by user from 2026-11-23 to 2026-11-30: 2 users, 6.50 GPU-hours, 1.00 idle",
+			"description": "USER       RUNS  GPU-H\nalice      2     4.00\n(unknown)  1     0.50\n"}.Merge(period),
+		StartsAt: now, EndsAt: now.Add(time.Hour),
+	}}
+
+	data := tmpl.Data("alice-email", model.LabelSet{"alertname": "GPUUsageDigest", "user": "alice"}, nil, "", user)
+	subject, err := tmpl.ExecuteTextString(`{{ template "__subject" . }}`, data)
+	require.NoError(t, err)
+	require.Equal(t, "GPU use of alice from 2026-11-23 to 2026-11-30: 4.00 GPU-hours", subject)
+	html, err := tmpl.ExecuteHTMLString(`{{ template "email.default.html" . }}`, data)
+	require.NoError(t, err)
+	require.Regexp(t, `<td[^>]*>GPU-hours</td><td[^>]*>4\.00</td>`, html)
+	require.Regexp(t, `<td[^>]*>Idle GPU-hours \(held at under 5% SM share\)</td><td[^>]*>1\.00</td>`, html)
+	require.Regexp(t, `<td[^>]*>Cost</td><td[^>]*>9\.00 EUR</td>`, html)
+	require.Contains(t, html, "from 2026-11-23T08:00:00Z to 2026-11-30T08:00:00Z")
+	require.NotContains(t, html, "Firing", "a digest is not a fault")
+
+	data = tmpl.Data("admin-email", model.LabelSet{"alertname": "GPUUsageDigest", "digest": "admin"}, nil, "", admin)
+	html, err = tmpl.ExecuteHTMLString(`{{ template "email.default.html" . }}`, data)
+	require.NoError(t, err)
+	require.Contains(t, html, "<pre style=\"margin:8px 0 0;font-family:Menlo,Consolas,monospace;font-size:12px\">USER       RUNS  GPU-H\nalice      2     4.00\n(unknown)  1     0.50\n</pre>")
+
+	data = tmpl.Data("alice-chat", model.LabelSet{"alertname": "GPUUsageDigest", "user": "alice"}, nil, "", user)
+	text, err := tmpl.ExecuteTextString(`{{ template "slack.default.text" . }}`, data)
+	require.NoError(t, err)
+	require.Contains(t, text, "user alice (@alice)")
+	require.Contains(t, text, "GPU-hours: 4.00\nIdle GPU-hours (held at under 5% SM share): 1.00")
+	require.Contains(t, text, "from 2026-11-23T08:00:00Z to 2026-11-30T08:00:00Z")
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/alertmanager"
+	"github.com/gpuscope/gpuscope/digest"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/rules"
 	"github.com/gpuscope/gpuscope/scrape"
@@ -68,6 +69,11 @@ type Config struct {
 	Accounting accounting.Config
 	// Workloads says how workloads get their user (the passwd file).
 	Workloads workload.Config
+	// Users says how to reach each user (email, chat handle, receiver):
+	// the alerts naming a user carry them, for routes and templates.
+	Users alertmanager.Users
+	// Digests schedules the usage digests (per user and for the admin).
+	Digests digest.Config
 	// SelfMetrics says which of the process's own families /metrics
 	// exposes, and so which the built-in gpuscope job stores.
 	SelfMetrics SelfMetrics
@@ -170,14 +176,16 @@ func (w Web) Validate() error {
 
 // own is the part of the file that belongs to gpuscope.
 type own struct {
-	Cadvisor    cadvisor.Config   `yaml:"cadvisor"`
-	GPU         GPU               `yaml:"gpu"`
-	Web         Web               `yaml:"web"`
-	Nodes       scrape.Nodes      `yaml:"nodes"`
-	Rules       rules.Config      `yaml:"rules"`
-	Accounting  accounting.Config `yaml:"accounting"`
-	Workloads   workload.Config   `yaml:"workloads"`
-	SelfMetrics SelfMetrics       `yaml:"self_metrics"`
+	Cadvisor    cadvisor.Config    `yaml:"cadvisor"`
+	GPU         GPU                `yaml:"gpu"`
+	Web         Web                `yaml:"web"`
+	Nodes       scrape.Nodes       `yaml:"nodes"`
+	Rules       rules.Config       `yaml:"rules"`
+	Accounting  accounting.Config  `yaml:"accounting"`
+	Workloads   workload.Config    `yaml:"workloads"`
+	Users       alertmanager.Users `yaml:"users"`
+	Digests     digest.Config      `yaml:"digests"`
+	SelfMetrics SelfMetrics        `yaml:"self_metrics"`
 	// Alertmanager is read by loadAlertmanager, with Alertmanager's loader.
 	Alertmanager alertmanagerNode `yaml:"alertmanager"`
 }
@@ -196,6 +204,7 @@ func defaultOwn() own {
 		Web:      Web{ListenAddress: "0.0.0.0:9089", CORSOrigin: ".*"},
 		Nodes:    scrape.DefaultNodes(),
 		Rules:    rules.DefaultConfig(),
+		Digests:  digest.DefaultConfig(),
 	}
 }
 
@@ -375,6 +384,8 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 			o.Nodes.Validate,
 			o.Rules.Validate,
 			o.Accounting.Validate,
+			o.Users.Validate,
+			o.Digests.Validate,
 		} {
 			if err := validate(); err != nil {
 				for _, e := range unjoin(err) {
@@ -386,6 +397,12 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 	am, err := loadAlertmanager(data, file, parts.root, &s)
 	if err != nil {
 		errs = append(errs, err)
+	} else if err := o.Users.CheckReceivers(am); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, s.errorFor(file, e, false))
+		}
+	} else if am, err = am.WithOwnerRoutes(o.Users); err != nil {
+		errs = append(errs, s.errorFor(file, err, false))
 	}
 	if len(errs) > 0 {
 		return nil, nil, errors.Join(errs...)
@@ -400,6 +417,8 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		Rules:        o.Rules,
 		Accounting:   o.Accounting,
 		Workloads:    o.Workloads,
+		Users:        o.Users,
+		Digests:      o.Digests,
 		SelfMetrics:  o.SelfMetrics,
 		Alertmanager: am,
 		File:         file,

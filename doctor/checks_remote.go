@@ -52,6 +52,9 @@ func applianceChecks(ctx context.Context, o *Options) []Check {
 	if o.Config.Cadvisor.Enabled {
 		checks = append(checks, containersCheck(ctx, o))
 	}
+	if c, found := unnamedUsersCheck(ctx, o); found {
+		checks = append(checks, c)
+	}
 	if c, found := runningKernelLogCheck(ctx, o); found {
 		checks = append(checks, c)
 	}

@@ -2,6 +2,9 @@ package doctor
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,4 +44,51 @@ func TestUsersCheck(t *testing.T) {
 			require.Contains(t, c.Hint, tc.hint)
 		})
 	}
+}
+
+// TestUnnamedUsersCheck: the running gpuscope's users that show as uids
+// are listed with their nodes, and the hint says how to name them; with
+// none there is no line; an appliance that cannot be asked says so.
+func TestUnnamedUsersCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		result  []map[string]string
+		status  string
+		summary string
+	}{
+		{"all named", nil, "", ""},
+		{"uids", []map[string]string{{"instance": "gpu-02", "user": "1001"}, {"instance": "gpu-01", "user": "1001"}, {"instance": "gpu-01", "user": "200"}}, StatusWarn,
+			"2 users show as uids, which the passwd gpuscope reads does not name: 200 (on gpu-01); 1001 (on gpu-01, gpu-02); their workloads are reported and grouped by uid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				require.Contains(t, r.URL.Query().Get("query"), `user=~"[0-9]+"`)
+				var result []any
+				for _, m := range tc.result {
+					result = append(result, map[string]any{"metric": m, "value": []any{1.7e9, "1"}})
+				}
+				_ = json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"resultType": "vector", "result": result}})
+			}))
+			t.Cleanup(srv.Close)
+			o := Options{Config: config.Default(nil), URL: srv.URL}.withDefaults()
+			c, found := unnamedUsersCheck(context.Background(), &o)
+			require.Equal(t, tc.status != "", found)
+			if !found {
+				return
+			}
+			require.Equal(t, "users/unnamed", c.Name)
+			require.Equal(t, tc.status, c.Status)
+			require.Equal(t, tc.summary, c.Summary)
+			if tc.status == StatusWarn {
+				require.Contains(t, c.Hint, "getent passwd")
+			}
+		})
+	}
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	o := Options{Config: config.Default(nil), URL: srv.URL}.withDefaults()
+	c, found := unnamedUsersCheck(context.Background(), &o)
+	require.True(t, found)
+	require.Equal(t, StatusWarn, c.Status)
+	require.Contains(t, c.Summary, "cannot ask the running gpuscope for its users")
 }

@@ -80,8 +80,8 @@ func newDescs(enabled fieldSet, hostnameLabel string, perProcess bool) *descs {
 		d.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, container, nil)
 		d.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			containerProcsHelp, container, nil)
-		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, dcgm, nil)
-		d.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, dcgm, nil)
+		d.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withUser(dcgm), nil)
+		d.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withUser(dcgm), nil)
 		if perProcess {
 			d.processMemory = prometheus.NewDesc(processMemoryName, processMemoryHelp, processLabels, nil)
 			d.processSM = prometheus.NewDesc(processSMName, processSMHelp, processLabels, nil)
@@ -338,19 +338,39 @@ const containerProcsHelp = "Processes of a container that the driver lists on th
 // gone (process.go), per GPU or GPU instance, with the dcgm labels.
 const (
 	orphanMemoryName = "gpuscope_gpu_orphaned_memory_bytes"
-	orphanMemoryHelp = "GPU memory the driver lists for processes that are gone: no /proc/<pid>, or a zombie not reaped by its parent, in two consecutive sampling cycles. Only where gpuscope sees the host's processes (pid namespace and /proc without hidepid)."
+	orphanMemoryHelp = "GPU memory the driver lists for processes that are gone: no /proc/<pid>, or a zombie not reaped by its parent, in two consecutive sampling cycles. Only where gpuscope sees the host's processes (pid namespace and /proc without hidepid). user is a zombie's owner; empty for a pid gone altogether, whose owner nothing names."
 	orphanProcsName  = "gpuscope_gpu_orphaned_processes"
 	orphanProcsHelp  = "Processes the driver lists on the GPU that are gone (see gpuscope_gpu_orphaned_memory_bytes)."
 )
 
 // renderOrphans renders the orphan series of a GPU (or GPU instance) whose
-// process list was read, 0 when none is gone.
+// process list was read: one without a user, 0 when none is gone, for
+// the processes whose owner is not known (a pid gone altogether), and
+// one per user whose zombies hold memory, so that GPUMemoryHeldByGoneProcess
+// can name whom to ask.
 func renderOrphans(r *renderer, mem, procs *prometheus.Desc, g *GPUSample, labels []string) {
 	if !g.set.has(FieldContainerMemory) {
 		return
 	}
-	r.add(mem, prometheus.GaugeValue, g.orphans.memoryBytes, labels...)
-	r.add(procs, prometheus.GaugeValue, float64(g.orphans.processes), labels...)
+	nobody := g.orphans
+	for _, u := range g.orphans.byUser {
+		nobody.memoryBytes -= u.memoryBytes
+		nobody.processes -= u.processes
+	}
+	// A copy: labels are the GPU's, shared with its other series.
+	lv := append(labels[:len(labels):len(labels)], "")
+	r.add(mem, prometheus.GaugeValue, nobody.memoryBytes, lv...)
+	r.add(procs, prometheus.GaugeValue, float64(nobody.processes), lv...)
+	for _, u := range g.orphans.byUser {
+		lv[len(lv)-1] = u.user
+		r.add(mem, prometheus.GaugeValue, u.memoryBytes, lv...)
+		r.add(procs, prometheus.GaugeValue, float64(u.processes), lv...)
+	}
+}
+
+// withUser is labels and the user label after them, in a new slice.
+func withUser(labels []string) []string {
+	return append(labels[:len(labels):len(labels)], workload.LabelUser)
 }
 
 // renderSupported renders gpuscope_gpu_field_supported for the fields of

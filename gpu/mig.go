@@ -160,8 +160,8 @@ func newMIGDescs(d *descs, dcgm, container []string) *migDescs {
 		m.containerSM = prometheus.NewDesc(fields[FieldContainerSM].name, fields[FieldContainerSM].help, withMIG(container), nil)
 		m.containerProcs = prometheus.NewDesc("gpuscope_gpu_container_processes",
 			containerProcsHelp, withMIG(container), nil)
-		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withMIG(dcgm), nil)
-		m.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withMIG(dcgm), nil)
+		m.orphanMemory = prometheus.NewDesc(orphanMemoryName, orphanMemoryHelp, withUser(withMIG(dcgm)), nil)
+		m.orphanProcs = prometheus.NewDesc(orphanProcsName, orphanProcsHelp, withUser(withMIG(dcgm)), nil)
 	}
 	if d.processMemory != nil {
 		m.processMemory = prometheus.NewDesc(processMemoryName, processMemoryHelp, withMIG(processLabels), nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -45,8 +46,16 @@ func TestOrphanedMemoryRealZombie(t *testing.T) {
 	require.Equal(t, 0.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", gpu0))
 	clock.Advance(10 * time.Second)
 	c.collectOnce(bg)
-	require.Equal(t, float64(3<<30), mustLookup(t, reg, "gpuscope_gpu_orphaned_memory_bytes", gpu0))
-	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", gpu0))
+	// The zombie's status still names its owner, this test's user: its
+	// 1 GiB is theirs; the pid gone altogether is nobody's known.
+	byUser := map[string]float64{}
+	for _, s := range gather(t, reg, "gpuscope_gpu_orphaned_memory_bytes") {
+		byUser[s.labels["user"]] += s.value
+	}
+	owner := strconv.Itoa(os.Getuid()) // the test collector reads no passwd: the uid
+	require.Equal(t, map[string]float64{"": 2 << 30, owner: 1 << 30}, byUser)
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0", "user": owner}))
+	require.Equal(t, 1.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", map[string]string{"gpu": "0", "user": ""}))
 	cs := gather(t, reg, "gpuscope_gpu_container_memory_used_bytes")
 	require.Len(t, cs, 1, "this test's process")
 	self, err := os.ReadFile("/proc/self/cgroup")
@@ -59,5 +68,5 @@ func TestOrphanedMemoryRealZombie(t *testing.T) {
 	require.NoError(t, child.Wait())
 	clock.Advance(10 * time.Second)
 	c.collectOnce(bg)
-	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", gpu0))
+	require.Equal(t, 2.0, mustLookup(t, reg, "gpuscope_gpu_orphaned_processes", gpu0), "both nobody's known now")
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,9 +111,20 @@ func (g *containerGrouper) group(procs []nvml.ProcessInfo, utils []nvml.ProcessU
 		id, state, err := g.pids.resolve(pid)
 		p := gpuProc{pid: pid, memoryBytes: uint64(u.memoryBytes), memoryUnknown: u.memoryUnknown, smPercent: w.share(u)}
 		if state != pidLive {
+			if state == pidZombie {
+				// A zombie's /proc/<pid>/status still names its owner; a
+				// pid that is gone altogether names nobody.
+				p.info = g.pids.readInfo(pid)
+				if p.info.uid != "" {
+					p.user = workload.Clean(users.Name(p.info.uid), workload.MaxValueBytes)
+				}
+			}
 			if g.pids.orphaned(pid) {
 				orphans.processes++
 				orphans.memoryBytes += u.memoryBytes
+				if p.user != "" {
+					orphans.addUser(p.user, u.memoryBytes)
+				}
 			} else {
 				unresolved++
 			}
@@ -178,10 +190,30 @@ func (w smWindow) share(u pidUsage) float64 {
 type Orphans struct {
 	memoryBytes float64
 	processes   int
+	// byUser is the part of memoryBytes and processes whose owner is
+	// known (zombies), by user, sorted; the rest is nobody's known.
+	byUser []userOrphans
 	// procs are the processes the driver lists that are in no container:
 	// gone (orphans from their second cycle), or whose cgroup could not
 	// be read; for the process list.
 	procs []gpuProc
+}
+
+// userOrphans is one user's gone processes on a GPU and the memory the
+// driver holds for them.
+type userOrphans struct {
+	user        string
+	memoryBytes float64
+	processes   int
+}
+
+func (o *Orphans) addUser(user string, memoryBytes float64) {
+	i, found := slices.BinarySearchFunc(o.byUser, user, func(u userOrphans, name string) int { return strings.Compare(u.user, name) })
+	if !found {
+		o.byUser = slices.Insert(o.byUser, i, userOrphans{user: user})
+	}
+	o.byUser[i].memoryBytes += memoryBytes
+	o.byUser[i].processes++
 }
 
 // containerNamer gives a container its labels besides its id: cAdvisor's

@@ -50,6 +50,9 @@ type APIOptions struct {
 
 	// Workloads serves /api/v1/workloads, the run report; nil: 404.
 	Workloads WorkloadReporter
+	// Digests serves POST /api/v1/digests/send, the usage digests now
+	// (privileged, as the admin API); nil: 404.
+	Digests DigestSender
 }
 
 // newAPI is the one call of apiv1.NewAPI in gpuscope. Its parameter list

@@ -177,6 +177,15 @@ func New(o Options) *Handler {
 				return report(c)
 			})
 		}
+		if o.API.Digests != nil {
+			send := sendDigests(o.API.Digests)
+			e.POST("/api/v1/digests/send", h.privileged(func(c echo.Context) error {
+				if !h.ready.Load() {
+					return c.String(http.StatusServiceUnavailable, "Service Unavailable\n")
+				}
+				return send(c)
+			}))
+		}
 		e.Any("/api/v1/*", apiHandler)
 		if o.API.EnableAdmin {
 			e.Any("/api/v1/admin/*", h.privileged(apiHandler))

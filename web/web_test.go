@@ -49,9 +49,14 @@ func newTestHandler(t *testing.T, o Options) (*Handler, *httptest.Server) {
 	reporter, err := accounting.New(accounting.Options{Engine: engine, Queryable: ready,
 		Rules: runningGroups{rules.NewGroup(rules.GroupOptions{Name: "gpuscope.accounting", Interval: time.Minute})}})
 	require.NoError(t, err)
+	var digests DigestSender // a test's own
+	if o.API != nil {
+		digests = o.API.Digests
+	}
 	o.API = &APIOptions{
 		QueryEngine: engine,
 		Workloads:   reporter,
+		Digests:     digests,
 		Queryable:   ready,
 		Exemplars:   ready,
 		TSDB:        ready,

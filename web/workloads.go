@@ -13,6 +13,7 @@ import (
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/digest"
 )
 
 // WorkloadReporter computes the run report served at /api/v1/workloads.
@@ -22,7 +23,9 @@ type WorkloadReporter interface {
 
 // workloads serves the run report: GET or POST with the query API's
 // start and end (RFC 3339 or Unix seconds; default the last 7 days up to
-// now) and all=true for every cgroup.
+// now) and all=true for every cgroup. With by (user, compose_project,
+// workload, label:<name>, ...; repeated or comma-separated) the data is
+// the runs' sums by those values instead of the runs.
 func workloads(r WorkloadReporter) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		end, err := parseTimeParam(c, "end", time.Now())
@@ -39,7 +42,15 @@ func workloads(r WorkloadReporter) echo.HandlerFunc {
 				return badData(c, fmt.Errorf("invalid parameter \"all\": %q is not true or false", v))
 			}
 		}
-		rep, err := r.Report(c.Request().Context(), accounting.Query{Start: start, End: end, All: all})
+		var byValues []string
+		if params, err := c.FormParams(); err == nil {
+			byValues = params["by"]
+		}
+		by, extra, err := accounting.ParseGroupBy(byValues)
+		if err != nil {
+			return badData(c, fmt.Errorf("invalid parameter \"by\": %w", err))
+		}
+		rep, err := r.Report(c.Request().Context(), accounting.Query{Start: start, End: end, All: all, Labels: extra})
 		switch {
 		case err == nil:
 		case errors.Is(err, accounting.ErrEmptyRange):
@@ -50,6 +61,13 @@ func workloads(r WorkloadReporter) echo.HandlerFunc {
 			return c.JSON(499, apiv1.Response{Status: "error", ErrorType: "canceled", Error: err.Error()}) // as Prometheus: the client went away
 		default:
 			return c.JSON(http.StatusUnprocessableEntity, apiv1.Response{Status: "error", ErrorType: "execution", Error: err.Error()})
+		}
+		if len(by) > 0 {
+			groups := accounting.GroupRuns(rep.Runs, by)
+			if groups == nil {
+				groups = []accounting.Group{}
+			}
+			return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: groups, Warnings: rep.Warnings})
 		}
 		return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: rep.Runs, Warnings: rep.Warnings})
 	}
@@ -74,4 +92,27 @@ func parseTimeParam(c echo.Context, name string, def time.Time) (time.Time, erro
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("invalid parameter %q: cannot parse %q to a valid timestamp (Unix seconds or RFC 3339)", name, v)
+}
+
+// DigestSender sends the usage digests of the period ending at end (zero:
+// now); *digest.Digest is one.
+type DigestSender interface {
+	Send(ctx context.Context, end time.Time) (digest.Sent, error)
+}
+
+// sendDigests serves POST /api/v1/digests/send: the usage digests now,
+// or for the period ending at end (RFC 3339 or Unix seconds), whatever
+// the schedule says, to check the routes or resend a week's.
+func sendDigests(d DigestSender) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		end, err := parseTimeParam(c, "end", time.Time{})
+		if err != nil {
+			return badData(c, err)
+		}
+		sent, err := d.Send(c.Request().Context(), end)
+		if err != nil {
+			return c.JSON(http.StatusUnprocessableEntity, apiv1.Response{Status: "error", ErrorType: "execution", Error: err.Error()})
+		}
+		return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: sent})
+	}
 }
