@@ -241,6 +241,7 @@ func configKeys(t *testing.T) []configKey {
 	sections := map[string]string{
 		"Cadvisor": "cadvisor", "GPU": "gpu", "Web": "web", "Nodes": "nodes", "Rules": "rules",
 		"Accounting": "accounting", "Workloads": "workloads", "SelfMetrics": "self_metrics",
+		"Users": "users", "Digests": "digests",
 	}
 	ct := reflect.TypeFor[config.Config]()
 	for i := range ct.NumField() {
@@ -254,6 +255,14 @@ func configKeys(t *testing.T) []configKey {
 		}
 		name, ok := sections[f.Name]
 		require.True(t, ok, "config.Config has a section %s: name its key in configKeys", f.Name)
+		if ft := f.Type; ft.Kind() == reflect.Map {
+			// users: keyed by a name of the user's choosing.
+			keys = append(keys, configKey{name, typeName(ft), def(name, ft)})
+			if ft.Elem().Kind() == reflect.Struct {
+				walk(name+".<name>.", ft.Elem(), true)
+			}
+			continue
+		}
 		keys = append(keys, configKey{name, "section", ""})
 		walk(name+".", f.Type, true)
 	}
