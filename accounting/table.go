@@ -129,11 +129,19 @@ func formatDuration(sec float64) string {
 }
 
 // bytesOrDash is a size in binary units to one decimal, "-" for none.
-// web's and memlimit's formatters write "512 B" and "21.2GiB"; the
-// table keeps its own "512.0 B".
 func bytesOrDash(b float64) string {
 	if b <= 0 {
 		return "-"
+	}
+	return HumanBytes(b)
+}
+
+// HumanBytes is a size in binary units to one decimal, "0 B" for none:
+// the report's own form ("512.0 B"), which web's and memlimit's
+// formatters ("512 B", "21.2GiB") do not write, shared by the digests.
+func HumanBytes(b float64) string {
+	if b <= 0 {
+		return "0 B"
 	}
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
 	i := 0

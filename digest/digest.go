@@ -239,7 +239,7 @@ func figures(g accounting.Group) map[string]string {
 		"idle_gpu_hours":        decimal(g.IdleGPUHours),
 		"sm_share_avg_percent":  strconv.FormatFloat(100*g.SMShareAvg, 'f', 0, 64),
 		"gpu_memory_peak_bytes": strconv.FormatFloat(g.GPUMemoryMaxBytes, 'f', 0, 64),
-		"gpu_memory_peak":       humanBytes(g.GPUMemoryMaxBytes),
+		"gpu_memory_peak":       accounting.HumanBytes(g.GPUMemoryMaxBytes),
 	}
 	if g.EnergyKWh != nil {
 		f["energy_kwh"] = decimal(*g.EnergyKWh)
@@ -317,20 +317,6 @@ func orUnknown(v, unit string) string {
 		return "unknown"
 	}
 	return v + unit
-}
-
-// humanBytes is a size in binary units to one decimal.
-func humanBytes(b float64) string {
-	if b <= 0 {
-		return "0 B"
-	}
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	i := 0
-	for b >= 1024 && i < len(units)-1 {
-		b /= 1024
-		i++
-	}
-	return strconv.FormatFloat(b, 'f', 1, 64) + " " + units[i]
 }
 
 // decimal is v to two decimals, or to three significant digits below
