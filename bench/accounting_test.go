@@ -50,6 +50,20 @@ const (
 	serveTimeout    = 2 * time.Minute
 )
 
+// reportEngine is the query engine as serve builds it for the run report:
+// serve's max samples, timeout, concurrency and lookback.
+func reportEngine(b *testing.B) *query.Engine {
+	engine, err := query.NewEngine(query.EngineOptions{
+		DataDir:        b.TempDir(),
+		Timeout:        serveTimeout,
+		MaxSamples:     serveMaxSamples,
+		MaxConcurrency: min(20, runtime.GOMAXPROCS(0)),
+		LookbackDelta:  5 * time.Minute,
+	})
+	require.NoError(b, err)
+	return engine
+}
+
 // BenchmarkAccountingReport measures the run report (accounting.Reporter,
 // /api/v1/workloads, `gpuscope workloads`) over its default range, the last
 // 7 days, with the query engine as serve builds it (default max samples,
@@ -69,14 +83,7 @@ const (
 // reads every minute (the group disabled).
 func BenchmarkAccountingReport(b *testing.B) {
 	db, end, runs := accountingData(b)
-	engine, err := query.NewEngine(query.EngineOptions{
-		DataDir:        b.TempDir(),
-		Timeout:        serveTimeout,
-		MaxSamples:     serveMaxSamples,
-		MaxConcurrency: min(20, runtime.GOMAXPROCS(0)),
-		LookbackDelta:  5 * time.Minute,
-	})
-	require.NoError(b, err)
+	engine := reportEngine(b)
 	for _, rollup := range []time.Duration{0, time.Hour} {
 		name := "rollup=none"
 		if rollup > 0 {

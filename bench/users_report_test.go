@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/accounting"
-	"github.com/gpuscope/gpuscope/query"
 )
 
 // Issue 28's goal: a per-user report over 30 days of 16 nodes × 8 GPUs
@@ -176,14 +174,7 @@ func writeUsersRollup(b *testing.B, dir string, end time.Time, runs []usersRun) 
 //	go test -run '^$' -bench BenchmarkUserReport30d -benchtime 1x -count 7 -timeout 60m ./bench/
 func BenchmarkUserReport30d(b *testing.B) {
 	db, end, runs := usersData(b)
-	engine, err := query.NewEngine(query.EngineOptions{
-		DataDir:        b.TempDir(),
-		Timeout:        serveTimeout,
-		MaxSamples:     serveMaxSamples,
-		MaxConcurrency: min(20, runtime.GOMAXPROCS(0)),
-		LookbackDelta:  5 * time.Minute,
-	})
-	require.NoError(b, err)
+	engine := reportEngine(b)
 	reporter, err := accounting.New(accounting.Options{Engine: engine, Queryable: db, Rules: acctGroups{
 		promrules.NewGroup(promrules.GroupOptions{Name: "gpuscope.accounting", Interval: acctInterval}),
 		promrules.NewGroup(promrules.GroupOptions{Name: "gpuscope.accounting.hourly", Interval: time.Hour}),
