@@ -163,3 +163,34 @@ func TestRunSendsWhenDue(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// TestRunFollowsAReloadedSchedule: a reload that changes the schedule
+// moves the next digest to the new time; the old one sends nothing.
+func TestRunFollowsAReloadedSchedule(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 7, 7, 0, 0, 0, time.UTC) // a Monday
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	rep := &fakeReporter{runs: []accounting.Run{{User: "alice", GPUHours: 1}}}
+	snd := &fakeSender{}
+	d, err := New(Options{Reporter: rep, Sender: snd, Now: clock, Poll: time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, d.ApplyConfig(Config{Enabled: true, Schedule: "Mon 08:00"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+
+	require.NoError(t, d.ApplyConfig(Config{Enabled: true, Schedule: "Mon 09:00"}))
+	time.Sleep(50 * time.Millisecond)
+	advance(90 * time.Minute) // 08:30: the old time has passed
+	time.Sleep(50 * time.Millisecond)
+	require.Empty(t, snd.sent(), "not at the schedule the reload replaced")
+	advance(time.Hour) // 09:30
+	require.Eventually(t, func() bool { return len(snd.sent()) == 1 }, 5*time.Second, time.Millisecond)
+	rep.mu.Lock()
+	require.Equal(t, time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC), rep.queries[0].End, "the period ends at the new due time")
+	rep.mu.Unlock()
+	cancel()
+	require.NoError(t, <-done)
+}
