@@ -54,11 +54,20 @@ func TestResendsAtScale(t *testing.T) {
 	resend := time.Minute / scale
 
 	var (
-		mu     sync.Mutex
-		byKey  = map[string]int{}
-		alerts = map[string]bool{}
-		sent   int
-		allAt  time.Time // when the last group's first notification came
+		mu    sync.Mutex
+		byKey = map[string]int{}
+		// complete: the groups notified with all their alerts; again:
+		// their notifications after that (a resend must cause none);
+		// partial: notifications of a group before all its alerts were in
+		// (on a loaded machine the dispatcher can take in a batch slower
+		// than the compressed group_wait; the group is completed at its
+		// next group_interval, as Alertmanager does after a restart).
+		complete = map[string]bool{}
+		again    = map[string]int{}
+		partial  int
+		alerts   = map[string]bool{}
+		sent     int
+		allAt    time.Time // when the last group's first notification came
 	)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m webhook.Message
@@ -70,6 +79,14 @@ func TestResendsAtScale(t *testing.T) {
 		defer mu.Unlock()
 		sent++
 		byKey[m.GroupKey]++
+		switch {
+		case complete[m.GroupKey]:
+			again[m.GroupKey]++
+		case len(m.Alerts) == gpus:
+			complete[m.GroupKey] = true
+		default:
+			partial++
+		}
 		if len(byKey) == groups && allAt.IsZero() {
 			allAt = time.Now()
 		}
@@ -190,11 +207,15 @@ receivers:
 	t.Logf("%d alerts in %d groups all notified %s (compressed: %.0f s; group_wait %s) after the first post; %d notifications in %d compressed minutes",
 		nAlerts, groups, firstAll.Round(time.Millisecond), firstAll.Seconds()*scale, dur(30*time.Second), sent, minutes)
 	require.Len(t, byKey, groups)
-	for k, n := range byKey {
-		require.Equal(t, 1, n, "group %s notified %d times", k, n)
+	require.Len(t, complete, groups, "every group notified with all its alerts")
+	for k, n := range again {
+		require.Zero(t, n, "group %s notified %d more times after a notification with all its alerts", k, n)
 	}
 	require.Len(t, alerts, nAlerts, "every alert in a notification")
-	require.Equal(t, groups, sent)
+	if partial > 0 {
+		t.Logf("%d notifications of a group before all its alerts were in (the dispatcher slower than the compressed group_wait)", partial)
+	}
+	require.Equal(t, groups+partial, sent, "one complete notification per group, besides the partial ones")
 
 	// No growth after the first notifications: the goroutines are the
 	// same few (one per aggregation group, and the webhook's connections,
