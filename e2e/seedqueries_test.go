@@ -6,11 +6,14 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/stretchr/testify/require"
 )
 
 // seedQuery is a PromQL expression from the seed document
@@ -106,7 +109,10 @@ var seedQueries = []seedQuery{
 // first with resets, without the sample before), so the comparison still
 // checks the stored samples and MetricsQL's evaluation, with no
 // tolerance for the difference. VictoriaMetrics 1.79 has no
-// rate_prometheus.
+// rate_prometheus. The choices are "or", not MetricsQL's "default": a
+// default fills only the steps of series its left side has somewhere,
+// so a counter that does not move (an idle cgroup: toZero never exists)
+// lost its whole series where PromQL answers 0.
 func metricsQLRate(sel string, window time.Duration) string {
 	w := model.Duration(window).String()
 	s := window.Seconds()
@@ -118,10 +124,10 @@ func metricsQLRate(sel string, window time.Duration) string {
 	inc = increase_prometheus(%[1]s[%[2]s]),
 	sampled = t2 - t1,
 	avg = sampled / (n - 1),
-	toStart = ((t1 - (time() - %[3]g)) < 1.1 * avg) default (avg / 2),
+	toStart = ((t1 - (time() - %[3]g)) < 1.1 * avg) or (avg / 2),
 	toZero = sampled * (v1 >= 0) / (inc > 0),
-	toStartZ = (toZero < toStart) default toStart,
-	toEnd = ((time() - t2) < 1.1 * avg) default (avg / 2),
+	toStartZ = (toZero < toStart) or toStart,
+	toEnd = ((time() - t2) < 1.1 * avg) or (avg / 2),
 )
 inc * (sampled + toStartZ + toEnd) / sampled / %[3]g`, sel, w, s)
 }
@@ -338,4 +344,55 @@ func relDiff(a, b float64) float64 {
 
 func head(s []string) []string {
 	return s[:min(len(s), 5)]
+}
+
+// stableCgroups returns the cgroups (cAdvisor's id label) that url's
+// cAdvisor series have both at from and at to. The e2e tests run side by
+// side on one host, and cAdvisor sees every cgroup: one that another test
+// creates or removes inside a window is first or last scraped at a
+// different instant by each of two stores compared over it, so a
+// comparison of query answers keeps to the cgroups that lived through it.
+func stableCgroups(ctx context.Context, url string, from, to time.Time) (map[string]bool, error) {
+	a, err := promAPI(url)
+	if err != nil {
+		return nil, err
+	}
+	var sets [2]map[string]bool
+	for i, at := range []time.Time{from, to} {
+		const q = `group by (id) (container_memory_working_set_bytes{job="cadvisor"})`
+		v, _, _, err := a.Query(ctx, q, at)
+		if err != nil {
+			return nil, fmt.Errorf("%s: query %s at %s: %w", url, q, at, err)
+		}
+		sets[i] = map[string]bool{}
+		for _, s := range v.(model.Vector) {
+			sets[i][string(s.Metric["id"])] = true
+		}
+	}
+	for id := range sets[0] {
+		if !sets[1][id] {
+			delete(sets[0], id)
+		}
+	}
+	if len(sets[0]) == 0 {
+		return nil, fmt.Errorf("%s: no cgroup lived from %s to %s", url, from, to)
+	}
+	return sets[0], nil
+}
+
+// keepCgroups drops r's series whose id label is a cgroup not in ids and
+// returns how many it dropped. Series without an id are kept.
+func keepCgroups(t *testing.T, r rangeResult, ids map[string]bool) int {
+	t.Helper()
+	p := parser.NewParser(parser.Options{})
+	dropped := 0
+	for key := range r {
+		ls, err := p.ParseMetric(key)
+		require.NoError(t, err, "a series key is a metric's text")
+		if id := ls.Get("id"); id != "" && !ids[id] {
+			delete(r, key)
+			dropped++
+		}
+	}
+	return dropped
 }

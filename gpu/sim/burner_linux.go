@@ -204,10 +204,26 @@ func (b *cpuBurner) mkdirs(base, dir string) error {
 		} else if errors.Is(err, os.ErrExist) {
 			// Only gpuscope's own (/gpuscope-demo, ...): an empty
 			// /docker of a stopped dockerd is not ours to remove.
-			if strings.HasPrefix(rel, "gpuscope-") {
-				b.joined = append(b.joined, p)
-				b.shared = b.shared || p == filepath.Clean(dir)
+			if !strings.HasPrefix(rel, "gpuscope-") {
+				continue
 			}
+			// The container's own cgroup left by a demo that was
+			// killed (SIGKILL leaves them): the kernel removes it only
+			// while it is empty, and a new one counts CPU from zero,
+			// where the leftover would show this run's CPU time and
+			// start hours back. (A second demo starting in the instant
+			// between another's mkdir and its burner joining would take
+			// the cgroup over the same way; both then hold it, and the
+			// first to stop finds it busy and says so.)
+			if p == filepath.Clean(dir) && os.Remove(p) == nil {
+				if err := os.Mkdir(p, 0o755); err != nil {
+					return fmt.Errorf("create cgroup %s in place of a leftover: %w", p, err)
+				}
+				b.created = append(b.created, p)
+				continue
+			}
+			b.joined = append(b.joined, p)
+			b.shared = b.shared || p == filepath.Clean(dir)
 		} else {
 			return fmt.Errorf("create cgroup %s: %w", p, err)
 		}

@@ -208,3 +208,32 @@ func TestCPUBurnersShareACgroup(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrNotExist, "the last one out removed them from %s", h)
 	}
 }
+
+// TestCPUBurnerReplacesALeftoverCgroup: a demo killed with SIGKILL leaves
+// its empty cgroup; the next one makes it anew (its CPU counter from
+// zero, its start now) and owns it, rather than joining a stranger.
+func TestCPUBurnerReplacesALeftoverCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	id := fmt.Sprintf("/gpuscope-test-leftover-%d/input-bound", os.Getpid())
+	dir := filepath.Join(v1Hierarchy(cgroupRoot, "cpu"), id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Skipf("the kernel refused the cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(dir); os.Remove(filepath.Dir(dir)) })
+	before, err := os.Stat(dir)
+	require.NoError(t, err)
+
+	b, err := startCPUBurner(bg, burnerOptions{root: cgroupRoot, id: id, cores: 0.1, controllers: []string{"cpu"}, logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.False(t, b.sharing(), "an empty cgroup is no other gpuscope's burner")
+	require.Equal(t, []string{dir}, b.created, "made anew and owned")
+	after, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.NotEqual(t, before.Sys().(*syscall.Stat_t).Ino, after.Sys().(*syscall.Stat_t).Ino, "a new cgroup, not the leftover")
+
+	require.NoError(t, b.stop())
+	_, err = os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "removed at stop")
+}
