@@ -23,7 +23,7 @@ import (
 // with no integration is its way of sending nothing.
 const Nobody = "nobody"
 
-// The default route's settings (README "Notifications"): one notification
+// The default route's settings (docs/notifications.md): one notification
 // per node and alert name, a first wait that lets an evaluation's alerts
 // of one group arrive together, and repeats in hours, as Alertmanager's
 // own defaults.

@@ -193,7 +193,8 @@ type own struct {
 // SelfMetrics is the `self_metrics:` section.
 type SelfMetrics struct {
 	// Families turns groups of the process's own metric families on; all
-	// are off by default (the series diet, README "What is stored").
+	// are off by default (the series diet, docs/metrics.md "What is stored
+	// by default").
 	Families families.Self `yaml:"families"`
 }
 
