@@ -359,6 +359,29 @@ var hist24h = histSet{nodes: 64, span: 24 * time.Hour, full: func(int) bool { re
 // pages benchmarked), one an hour of the others'.
 var hist30d = histSet{nodes: 16, span: 30 * 24 * time.Hour, full: func(n int) bool { return n == 0 }}
 
+// histFixture is a history fixture by name (its directory under
+// $TMPDIR), generated a block of cut at a time, and the range its pages
+// are read over.
+type histFixture struct {
+	name string
+	set  histSet
+	cut  time.Duration
+	rng  string
+}
+
+// histFixtures are the fixtures the goals are about: 24 hours of 64 nodes
+// read over 24 h, 30 days of 16 read over 30 d.
+var histFixtures = []histFixture{
+	{"24h-64nodes", hist24h, 2 * time.Hour, "24h"},
+	{"30d-16nodes", hist30d, 24 * time.Hour, "30d"},
+}
+
+// open opens the fixture, generating it on first use.
+func (fx histFixture) open(tb testing.TB) (*tsdb.DB, time.Time) {
+	tb.Helper()
+	return histData(tb, "gpuscope-bench-history-v1-"+fx.name, fx.set, fx.cut)
+}
+
 // BenchmarkHistoryPages serves the GPU page and the workload page of one
 // node's GPU 3 and its container, over 24 hours of 64 nodes × 8 GPUs (the
 // raw series at 15 s and the recording rules' at 1 m, 135 M samples) and
@@ -369,16 +392,8 @@ var hist30d = histSet{nodes: 16, span: 30 * 24 * time.Hour, full: func(n int) bo
 // The first run generates the fixtures into $TMPDIR/gpuscope-bench-history-*.
 // It reports the page's size in bytes/page; ns/op is the time to serve it.
 func BenchmarkHistoryPages(b *testing.B) {
-	for _, fx := range []struct {
-		name string
-		set  histSet
-		cut  time.Duration
-		rng  string
-	}{
-		{"24h-64nodes", hist24h, 2 * time.Hour, "24h"},
-		{"30d-16nodes", hist30d, 24 * time.Hour, "30d"},
-	} {
-		db, end := histData(b, "gpuscope-bench-history-v1-"+fx.name, fx.set, fx.cut)
+	for _, fx := range histFixtures {
+		db, end := fx.open(b)
 		h := histHandler(b, db, end)
 		pages := histPages(fx.rng, end)
 		for _, kind := range []string{"gpu", "workload"} {
@@ -424,29 +439,20 @@ func TestHistoryPagesGoal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generates 24 hours of 64 nodes")
 	}
-	type fixture struct {
-		name string
-		set  histSet
-		cut  time.Duration
-		rng  string
-	}
-	fixtures := []fixture{
-		{"24h-64nodes", hist24h, 2 * time.Hour, "24h"},
-		{"30d-16nodes", hist30d, 24 * time.Hour, "30d"},
-	}
+	fixtures := histFixtures
 	if raceDetector {
 		// Under -race (the CI's run) generating those took over 30
 		// minutes on two cores, and nothing in the appends is
 		// gpuscope's: the pages are checked over 24 hours of 2 nodes,
 		// and the 30-day page (its minute recordings, its size) over 2
 		// days of 2. BENCHMARKS.md's figures come from the full ones.
-		fixtures = []fixture{
+		fixtures = []histFixture{
 			{"24h-2nodes", histSet{nodes: 2, span: 24 * time.Hour, full: hist24h.full}, 2 * time.Hour, "24h"},
 			{"2d-2nodes", histSet{nodes: 2, span: 48 * time.Hour, full: hist30d.full}, 24 * time.Hour, "30d"},
 		}
 	}
 	for _, fx := range fixtures {
-		db, end := histData(t, "gpuscope-bench-history-v1-"+fx.name, fx.set, fx.cut)
+		db, end := fx.open(t)
 		h := histHandler(t, db, end)
 		for kind, path := range histPages(fx.rng, end) {
 			var (
@@ -481,7 +487,7 @@ func TestHistoryPagesGoal(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkGraphPage -benchtime 10x -count 5 -timeout 60m ./bench/
 func BenchmarkGraphPage(b *testing.B) {
-	db, end := histData(b, "gpuscope-bench-history-v1-24h-64nodes", hist24h, 2*time.Hour)
+	db, end := histFixtures[0].open(b)
 	h := histHandler(b, db, end)
 	const expr = "DCGM_FI_DEV_GPU_UTIL"
 	rng := 24 * time.Hour
