@@ -357,27 +357,20 @@ func stableCgroups(ctx context.Context, url string, from, to time.Time) (map[str
 	if err != nil {
 		return nil, err
 	}
-	var sets [2]map[string]bool
-	for i, at := range []time.Time{from, to} {
-		const q = `group by (id) (container_memory_working_set_bytes{job="cadvisor"})`
-		v, _, _, err := a.Query(ctx, q, at)
-		if err != nil {
-			return nil, fmt.Errorf("%s: query %s at %s: %w", url, q, at, err)
-		}
-		sets[i] = map[string]bool{}
-		for _, s := range v.(model.Vector) {
-			sets[i][string(s.Metric["id"])] = true
-		}
+	const cgroups = `group by (id) (container_memory_working_set_bytes{job="cadvisor"} @ %d)`
+	q := fmt.Sprintf(cgroups+" and "+cgroups, from.Unix(), to.Unix())
+	v, _, _, err := a.Query(ctx, q, to)
+	if err != nil {
+		return nil, fmt.Errorf("%s: query %s: %w", url, q, err)
 	}
-	for id := range sets[0] {
-		if !sets[1][id] {
-			delete(sets[0], id)
-		}
+	ids := map[string]bool{}
+	for _, s := range v.(model.Vector) {
+		ids[string(s.Metric["id"])] = true
 	}
-	if len(sets[0]) == 0 {
+	if len(ids) == 0 {
 		return nil, fmt.Errorf("%s: no cgroup lived from %s to %s", url, from, to)
 	}
-	return sets[0], nil
+	return ids, nil
 }
 
 // keepCgroups drops r's series whose id label is a cgroup not in ids and
