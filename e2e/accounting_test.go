@@ -493,9 +493,8 @@ func TestWorkloadsReportDocker(t *testing.T) {
 	// but for what the burner used after cAdvisor's last scrape of it,
 	// 0.5 core × 2 s (1 s housekeeping, 1 s scrape) and a few missed
 	// scrapes on a loaded machine. The quota bounds both by 0.5 core ×
-	// its life. (A
-	// fixed 20 core-s would fail on a loaded VM: the highest CPU weight
-	// does not win back time the hypervisor steals.)
+	// its life. (A fixed 20 core-s would fail on a loaded VM: the highest
+	// CPU weight does not win back time the hypervisor steals.)
 	counter, err := p.instant(fmt.Sprintf(`max_over_time(container_cpu_usage_seconds_total{id="/docker/%s"}[1h])`, id))
 	require.NoError(t, err)
 	require.Len(t, counter, 1)

@@ -196,6 +196,7 @@ func (b *cpuBurner) mkdirs(base, dir string) error {
 	if rel == "." {
 		return nil
 	}
+	leaf := filepath.Clean(dir)
 	p := base
 	for _, elem := range strings.Split(rel, string(filepath.Separator)) {
 		p = filepath.Join(p, elem)
@@ -215,7 +216,7 @@ func (b *cpuBurner) mkdirs(base, dir string) error {
 			// between another's mkdir and its burner joining would take
 			// the cgroup over the same way; both then hold it, and the
 			// first to stop finds it busy and says so.)
-			if p == filepath.Clean(dir) && os.Remove(p) == nil {
+			if p == leaf && os.Remove(p) == nil {
 				if err := os.Mkdir(p, 0o755); err != nil {
 					return fmt.Errorf("create cgroup %s in place of a leftover: %w", p, err)
 				}
@@ -223,7 +224,7 @@ func (b *cpuBurner) mkdirs(base, dir string) error {
 				continue
 			}
 			b.joined = append(b.joined, p)
-			b.shared = b.shared || p == filepath.Clean(dir)
+			b.shared = b.shared || p == leaf
 		} else {
 			return fmt.Errorf("create cgroup %s: %w", p, err)
 		}
