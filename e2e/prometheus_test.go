@@ -214,7 +214,7 @@ nodes:
 		if sq.mayBeEmpty == "" {
 			require.NotEmpty(t, want, "%s: gpuscope answers %s", sq.name, q)
 		}
-		if n := keepCgroups(t, want, stable) + keepCgroups(t, got, stable); n > 0 {
+		if n := keepCgroups(want, stable) + keepCgroups(got, stable); n > 0 {
 			t.Logf("%s: left out %d series of cgroups other tests made or removed in the window", sq.name, n)
 		}
 		// A series that ends (a GPU falling off the bus, a container

@@ -317,7 +317,7 @@ remote_write:
 		require.NoError(t, err, q.name)
 		got, err := queryRange(ctx, vmURL, mq, windowStart, windowEnd, step, external, q.metricsQLKeepsName)
 		require.NoError(t, err, q.name)
-		if n := keepCgroups(t, want, stable) + keepCgroups(t, got, stable); n > 0 {
+		if n := keepCgroups(want, stable) + keepCgroups(got, stable); n > 0 {
 			t.Logf("%s: left out %d series of cgroups other tests made or removed in the window", q.name, n)
 		}
 		tol := vmStorageRelTol
