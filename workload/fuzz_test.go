@@ -5,11 +5,14 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 )
 
 // FuzzResolve: whatever the path and metadata, Resolve does not panic and
-// every label value is valid UTF-8, free of control characters and within
-// its bound; the runtime is one of the six.
+// every label value is valid UTF-8, free of control characters, within
+// its bound and selectable in PromQL; the runtime is one of the six.
 func FuzzResolve(f *testing.F) {
 	for _, s := range []struct{ path, name, image, project, service, number, user string }{
 		{path: "/system.slice/docker-" + id1 + ".scope", name: "llama-train", image: "llama:1"},
@@ -51,6 +54,13 @@ func FuzzResolve(f *testing.F) {
 					if r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x2028 || r == 0x2029 {
 						t.Fatalf("%s=%q has control character %U", LabelNames()[i], v, r)
 					}
+				}
+				// Selectable: the matcher Prometheus writes for it
+				// parses back to it (PromQL refuses a literal U+FFFD).
+				m := labels.MustNewMatcher(labels.MatchEqual, LabelNames()[i], v)
+				ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + m.String() + "}")
+				if err != nil || len(ms) != 1 || ms[0].Value != v {
+					t.Fatalf("%s=%q: PromQL reads %s as %v, %v", LabelNames()[i], v, m, ms, err)
 				}
 			}
 		}

@@ -153,7 +153,7 @@ func Clean(s string, max int) string { return clean(s, max) }
 
 // clean returns s as valid UTF-8 with each control character (C0, DEL,
 // C1, U+2028, U+2029: newlines, tabs, escapes) replaced by a space and
-// each invalid byte by U+FFFD, cut to at most max bytes at a rune
+// each invalid byte by its \xNN escape, cut to at most max bytes at a rune
 // boundary with a trailing "…" when cut. Plain printable ASCII within
 // the bound is returned as is, without allocating.
 func clean(s string, max int) string {
@@ -195,7 +195,12 @@ func replaceBad(s string) string {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1:
-			b = utf8.AppendRune(b, utf8.RuneError)
+			// LabelValue's \xNN, not U+FFFD: PromQL's lexer refuses a
+			// literal U+FFFD in a string ("invalid UTF-8 rune"), so a
+			// name holding one could not be selected, in /workload/ or
+			// by any user's query.
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'x', hex[s[i]>>4], hex[s[i]&0xf])
 		case r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x2028 || r == 0x2029:
 			b = append(b, ' ')
 		default:

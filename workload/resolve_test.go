@@ -552,10 +552,11 @@ func TestResolveBadInput(t *testing.T) {
 			want: Identity{Workload: "训练-🚀 x", Runtime: "docker"},
 		},
 		{
-			name: "invalid UTF-8 becomes U+FFFD",
+			// Not U+FFFD, which PromQL cannot select (FuzzResolve).
+			name: "invalid UTF-8 becomes \\xNN",
 			path: "/docker/" + id1,
 			md:   Metadata{Name: "a\xffb\xc3"},
-			want: Identity{Workload: "a\uFFFDb\uFFFD", Runtime: "docker"},
+			want: Identity{Workload: `a\xffb\xc3`, Runtime: "docker"},
 		},
 		{
 			name: "C1 controls and DEL become spaces",
