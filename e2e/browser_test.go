@@ -202,7 +202,10 @@ func TestBrowserOverview(t *testing.T) {
 	noJS := b.tab(t, ctx, false)
 	require.NoError(t, chromedp.Do(noJS, chromedp.Navigate(p.URL+"/")))
 	var plain overviewPage
-	eventually(t, 30*time.Second, "the overview without JavaScript shows the GPU cards", func() error {
+	// Without JavaScript the page reloads itself every 15 s (its meta
+	// refresh), and a reload between two DOM calls loses their node ids:
+	// a minute gives a loaded machine several reloads' worth of tries.
+	eventually(t, time.Minute, "the overview without JavaScript shows the GPU cards", func() error {
 		var err error
 		if plain, err = snapshot(noJS, p.URL); err != nil {
 			return err

@@ -184,7 +184,14 @@ func startPodman(t *testing.T) *podman {
 				return
 			}
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		// conmon, which outlives podman's commands by a moment, may
+		// still be writing below libpod/ ("directory not empty").
+		err := os.RemoveAll(dir)
+		for try := 0; err != nil && try < 40; try++ {
+			time.Sleep(250 * time.Millisecond)
+			err = os.RemoveAll(dir)
+		}
+		if err != nil {
 			t.Errorf("remove podman's directory: %v", err)
 		}
 		for _, g := range globals {
