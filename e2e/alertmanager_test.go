@@ -165,7 +165,7 @@ func (am *realAlertmanager) start() {
 			<-exited
 		}
 		if am.t.Failed() {
-			am.t.Logf("alertmanager output:\n%s", out.String())
+			logOutput(am.t, "alertmanager", out.String())
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,60 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// logOutput logs what a process printed, for a failed test: its first
+// and last lines, a run of lines that differ only in their time= stamp
+// (cAdvisor's "closed pipe" warning at each cut scrape) written once with
+// its count, and the whole output in a file in the temporary directory.
+// CI's record keeps the head and tail of the run's output; whole dumps
+// pushed the failing assertions of the tests after the first out of it.
+func logOutput(t *testing.T, what, out string) {
+	t.Helper()
+	const head, tail = 10, 20
+	var lines []string
+	var last string
+	repeats := 0
+	flush := func() {
+		if repeats > 0 {
+			lines = append(lines, fmt.Sprintf("[the line above %d more times]", repeats))
+			repeats = 0
+		}
+	}
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		msg := timeStamp.ReplaceAllString(line, "")
+		if msg == last && len(lines) > 0 {
+			repeats++
+			continue
+		}
+		flush()
+		lines, last = append(lines, line), msg
+	}
+	flush()
+	program, _, _ := strings.Cut(what, " ")
+	file, err := writeTemp(strings.ReplaceAll(t.Name(), "/", "_")+"-"+program+"-*.log", out)
+	if err != nil {
+		file = fmt.Sprintf("not written: %v", err)
+	}
+	if len(lines) > head+tail {
+		left := fmt.Sprintf("[%d lines left out; the whole output: %s]", len(lines)-head-tail, file)
+		lines = append(append(lines[:head:head], left), lines[len(lines)-tail:]...)
+	}
+	t.Logf("%s output:\n%s", what, strings.Join(lines, "\n"))
+}
+
+// writeTemp writes content to a new file named after pattern (as
+// os.CreateTemp) in the temporary directory and returns its path.
+func writeTemp(pattern, content string) (string, error) {
+	f, err := os.CreateTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteString(content)
+	return f.Name(), errors.Join(err, f.Close())
+}
+
+// timeStamp is slog's time attribute at the start of a log line.
+var timeStamp = regexp.MustCompile(`^time=\S+ `)
+
 // ports are the ports freePort handed out: the kernel may give a port
 // freed by one test to the next, and tests running in parallel must not
 // start two servers on one port (nor one on a port another test keeps
@@ -169,7 +224,7 @@ func startCommand(t *testing.T, cmd *exec.Cmd, args []string) *process {
 			}
 		}
 		if t.Failed() {
-			t.Logf("gpuscope %v output:\n%s", args, p.out.String())
+			logOutput(t, fmt.Sprintf("gpuscope %v", args), p.out.String())
 		}
 	})
 	return p

@@ -54,7 +54,7 @@ func startPrometheus(t *testing.T, bin, config string, port int) string {
 			}
 		}
 		if t.Failed() {
-			t.Logf("prometheus output:\n%s", out.String())
+			logOutput(t, "prometheus", out.String())
 		}
 	})
 	deadline := time.Now().Add(60 * time.Second)

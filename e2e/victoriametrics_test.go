@@ -99,7 +99,7 @@ func startVictoriaMetrics(t *testing.T, url string, args []string) *victoriaMetr
 	t.Cleanup(func() {
 		v.stop()
 		if t.Failed() {
-			t.Logf("victoria-metrics %v output:\n%s", args, v.out.String())
+			logOutput(t, fmt.Sprintf("victoria-metrics %v", args), v.out.String())
 		}
 	})
 	deadline := time.Now().Add(60 * time.Second)
