@@ -376,7 +376,7 @@ func stableCgroups(ctx context.Context, url string, from, to time.Time) (map[str
 func keepCgroups(r rangeResult, ids map[string]bool) int {
 	dropped := 0
 	for key := range r {
-		if id, ok := cgroupOf(key); ok && !ids[id] {
+		if id, ok := labelOf(key, "id"); ok && !ids[id] {
 			delete(r, key)
 			dropped++
 		}
@@ -384,16 +384,16 @@ func keepCgroups(r rangeResult, ids map[string]bool) int {
 	return dropped
 }
 
-// cgroupOf reads the id label from a rangeResult key, which
+// labelOf reads label name from a rangeResult key, which
 // model.Metric.String wrote: sorted name=%q pairs joined by ", ". A
-// quote inside a value is escaped, so `, id="` starts only the label.
+// quote inside a value is escaped, so `, name="` starts only the label.
 // (Not PromQL's ParseMetric: an id from a cgroup whose name is not
 // UTF-8, as TestServeInvalidUTF8Cgroup makes, is %q's \x escapes,
 // which PromQL refuses.)
-func cgroupOf(key string) (string, bool) {
-	i := strings.Index(key, `{id="`)
+func labelOf(key, name string) (string, bool) {
+	i := strings.Index(key, "{"+name+`="`)
 	if i < 0 {
-		if i = strings.Index(key, `, id="`); i < 0 {
+		if i = strings.Index(key, ", "+name+`="`); i < 0 {
 			return "", false
 		}
 	}
@@ -401,6 +401,6 @@ func cgroupOf(key string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	id, err := strconv.Unquote(quoted)
-	return id, err == nil
+	value, err := strconv.Unquote(quoted)
+	return value, err == nil
 }
