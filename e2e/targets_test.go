@@ -219,8 +219,13 @@ scrape_configs:
 	upSum := samplesByJob(ups)
 	require.Len(t, counts, len(want), "up of every target: %v", counts)
 	t.Logf("scrapes in the last %s: %v, up: %v", window, samplesByJob(counts), upSum)
+	// Each target as often as gpuscope's own job, which no bad target
+	// touches: a loaded machine delays every scrape loop alike (a run
+	// had 28 of 30 for every job), a hanging target delays only its own.
+	self := samplesByJob(counts)["gpuscope"]
+	require.InDelta(t, window.Seconds(), self, window.Seconds()/10, "self-scrapes in %s", window)
 	for job, n := range samplesByJob(counts) {
-		require.InDelta(t, window.Seconds(), n, 1, "scrapes of %s in %s", job, window)
+		require.InDelta(t, self, n, 1, "scrapes of %s in %s, beside %v of gpuscope's own", job, window, self)
 		if want[job].health == promv1.HealthGood {
 			require.Equal(t, n, upSum[job], "%s was down at some scrape", job)
 		} else {
@@ -231,7 +236,7 @@ scrape_configs:
 	v, err := p.queryAt(`count_over_time(e2e_healthy_requests_total`+rng+`)`, end)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
-	require.InDelta(t, window.Seconds(), float64(v[0].Value), 1)
+	require.InDelta(t, self, float64(v[0].Value), 1)
 
 	// Nothing but the scrape's own series (and the alert on them) is
 	// stored for the bad targets: the malformed scrape is discarded whole.
