@@ -318,8 +318,10 @@ type missedSample struct {
 }
 
 // commitLag is how long after its scrape ended a scraped sample may take
-// to be appended and committed, and so be visible to /federate.
-const commitLag = 2 * time.Second
+// to be appended and committed, and so be visible to /federate: seconds
+// on a loaded machine (a run missed a sample that a federation 2 s after
+// its scrape ended should have read).
+const commitLag = 5 * time.Second
 
 // unfederated returns the samples of want that got lacks and that no
 // federation could have read. /federate gives each series' latest
