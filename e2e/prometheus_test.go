@@ -99,10 +99,11 @@ func withMatchers(q string, ms ...*labels.Matcher) (string, error) {
 // of ../tools) federates a `serve --demo` appliance's own series from
 // /federate and scrapes a `gpuscope agent`'s /metrics/gpu and
 // /metrics/cadvisor directly, as a site's existing Prometheus would. Over
-// the same range it then holds every federated sample gpuscope holds, and
-// the seed's queries answer the same from both: exactly for the
-// federated series; for the agent, which both scrape each at its own
-// moment, with the same series.
+// the same range it then holds every sample of the federated series that
+// gpuscope holds and a federation that succeeded could read (see
+// unfederated), and the seed's queries answer the same from both: exactly
+// for the federated series; for the agent, which both scrape each at its
+// own moment, with the same series.
 func TestPrometheusFederationAndAgent(t *testing.T) {
 	pkgtest.RequireTime(t, 12*time.Minute)
 	t.Parallel()

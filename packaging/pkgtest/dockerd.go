@@ -202,7 +202,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		}
 		if background != "" {
 			made, _ := filepath.Glob("/sys/fs/cgroup/*/" + background)
-			for _, p := range append(made, "/sys/fs/cgroup/"+background) {
+			for _, p := range made {
 				_ = syscall.Rmdir(p)
 			}
 		}
@@ -247,12 +247,14 @@ const backgroundShares = "256"
 // cpu hierarchy with a low CPU weight, for a daemon's --cgroup-parent
 // (the cgroupfs driver makes it in the other hierarchies). Only on
 // cgroup v1, where it was tried (these machines); elsewhere it says why
-// not. Nice alone does not
-// hold a container back: the kernel weighs each cgroup, and each session's
-// autogroup, as one, so a container's build at nice 10 weighed as much
-// as all of go test's other packages together (measured: its compiler
-// took 93% of a core while e2e's thirty processes shared the rest, a load
-// of 38 on two cores, and a process went unscheduled for 9 s).
+// not.
+//
+// Nice alone does not hold a container back: the kernel weighs each
+// cgroup, and each session's autogroup, as one, so a container's build at
+// nice 10 weighed as much as all of go test's other packages together
+// (measured: its compiler took 93% of a core while e2e's thirty processes
+// shared the rest, a load of 38 on two cores, and a process went
+// unscheduled for 9 s).
 func makeBackgroundCgroup(name string) error {
 	hierarchy := "/sys/fs/cgroup/cpu"
 	if _, err := os.Stat(filepath.Join(hierarchy, "cpu.shares")); err != nil {
