@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -175,6 +176,13 @@ func startPodman(t *testing.T) *podman {
 		}
 	}
 	t.Cleanup(func() {
+		// conmon runs `podman container cleanup` when a container ends,
+		// after the service has stopped; while one runs, the storage's
+		// mounts are busy (a run failed to remove root/overlay: "device or
+		// resource busy").
+		if left := waitProcessesUsing(dir, 30*time.Second); len(left) > 0 {
+			t.Logf("still running after 30 s, with %s in their command lines: %v", dir, left)
+		}
 		if mounts := pkgtest.MountsBelow(t, dir); len(mounts) > 0 {
 			for _, m := range mounts {
 				_ = syscall.Unmount(m, syscall.MNT_DETACH)
@@ -241,6 +249,32 @@ func startPodman(t *testing.T) *podman {
 		return c.Close()
 	})
 	return pd
+}
+
+// waitProcessesUsing waits up to timeout until no process has dir in its
+// command line (conmon, podman) or as its root (a container's, in a
+// mount namespace that holds dir's mounts), and returns those that still
+// do.
+func waitProcessesUsing(dir string, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		var using []string
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, proc := range procs {
+			cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
+			if err != nil {
+				continue // gone
+			}
+			root, _ := os.Readlink(filepath.Join(proc, "root"))
+			if bytes.Contains(cmdline, []byte(dir)) || strings.HasPrefix(root, dir+"/") {
+				using = append(using, strings.Join(strings.Fields(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))), " "))
+			}
+		}
+		if len(using) == 0 || time.Now().After(deadline) {
+			return using
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // output runs podman with the private flags; stdin, when not nil, is its
