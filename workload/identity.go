@@ -199,8 +199,7 @@ func replaceBad(s string) string {
 			// literal U+FFFD in a string ("invalid UTF-8 rune"), so a
 			// name holding one could not be selected, in /workload/ or
 			// by any user's query.
-			const hex = "0123456789abcdef"
-			b = append(b, '\\', 'x', hex[s[i]>>4], hex[s[i]&0xf])
+			b = appendByteEscape(b, s[i])
 		case r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0x2028 || r == 0x2029:
 			b = append(b, ' ')
 		default:

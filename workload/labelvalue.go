@@ -28,17 +28,14 @@ func LabelValue(s string) string {
 	if utf8.ValidString(s) {
 		return s
 	}
-	const hex = "0123456789abcdef"
 	var b strings.Builder
 	b.Grow(len(s) + 8)
+	var esc [4]byte
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1:
-			c := s[i]
-			b.WriteString(`\x`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&0xf])
+			b.Write(appendByteEscape(esc[:0], s[i]))
 		case r == '\\':
 			b.WriteString(`\\`)
 		default:
@@ -47,4 +44,11 @@ func LabelValue(s string) string {
 		i += n
 	}
 	return b.String()
+}
+
+// appendByteEscape appends c written \xHH (two lower-case hex digits), as
+// Go quotes a byte that is not part of valid UTF-8.
+func appendByteEscape(b []byte, c byte) []byte {
+	const hex = "0123456789abcdef"
+	return append(b, '\\', 'x', hex[c>>4], hex[c&0xf])
 }
