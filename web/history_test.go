@@ -117,6 +117,12 @@ type historyFixture struct {
 // historyEnd, scraped every minute.
 func newHistory(t testing.TB) historyFixture {
 	t.Helper()
+	return newHistoryAt(t, historyEnd)
+}
+
+// newHistoryAt is newHistory with the pages' clock at now.
+func newHistoryAt(t testing.TB, now time.Time) historyFixture {
+	t.Helper()
 	st := promqltest.LoadedStorage(t, historyLoad())
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, promqltest.DefaultMaxSamplesPerQuery)
 	rm := rules.NewManager(&rules.ManagerOptions{
@@ -132,7 +138,7 @@ func newHistory(t testing.TB) historyFixture {
 		API: &APIOptions{QueryEngine: engine, Queryable: sampleAndChunk{st}, RuleManager: rm, Workloads: reporter,
 			BuildInfo: &apiv1.PrometheusVersion{Version: "1.2.3"}, Config: func() promconfig.Config { return promconfig.DefaultConfig },
 			Parser: parser.NewParser(parser.Options{})},
-		Overview: OverviewOptions{Now: func() time.Time { return historyEnd }, ScrapeInterval: func() time.Duration { return time.Minute }},
+		Overview: OverviewOptions{Now: func() time.Time { return now }, ScrapeInterval: func() time.Duration { return time.Minute }},
 	})
 	h.SetReady(true)
 	srv := httptest.NewServer(h.echo)
@@ -689,4 +695,79 @@ func FuzzHistoryParams(f *testing.F) {
 			require.Contains(t, rec.Body.String(), "<title>gpuscope", path)
 		}
 	})
+}
+
+// chartQueries are a chart's PromQL, one a line spec, as the page lists
+// them under the chart.
+func chartQueries(t *testing.T, body, chart string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range regexp.MustCompile(`data-query>([^<]*)</a>`).FindAllStringSubmatch(figure(t, body, chart), -1) {
+		out = append(out, html.UnescapeString(m[1]))
+	}
+	require.NotEmpty(t, out, "the PromQL of chart %s", chart)
+	return out
+}
+
+// TestLiveRangesDrawTheNewestSteps: a range that ends now (no to=, the
+// clock at nanoseconds as a real one is, 20 s after the last scrape)
+// draws up to its newest step, and its points are /api/v1/query_range's
+// for the page's own PromQL over the same range and step. The pages
+// laid the engine's millisecond timestamps on steps counted from a
+// start with nanoseconds, found no point on any step, and drew "no
+// data" for every live range; a range with to= in whole seconds hid it.
+func TestLiveRangesDrawTheNewestSteps(t *testing.T) {
+	now := historyEnd.Add(20*time.Second + 123456789)
+	f := newHistoryAt(t, now)
+	for _, tc := range []struct {
+		path, chart, line string
+		query             int // the chart's query that draws line
+	}{
+		{"/gpu/n1/0", "framebuffer", "used", 0},
+		{"/gpu/n1/0?range=5m", "framebuffer", "used", 0},
+		{"/gpu/n1/0?range=1h", "framebuffer", "used", 0},
+		{"/gpu/n1/0?range=6h", "framebuffer", "used", 0},
+		{"/gpu/n1/0?range=6h", "utilization", "utilisation", 0},
+		{"/workload/leaky?range=5m", "memory", "working set", 0},
+		{"/workload/leaky?range=1h", "cpu", "used", 0},
+		{"/workload/leaky?range=6h", "gpu-memory", "n1 GPU 0", 0},
+		// A fixed end in the past, with nanoseconds: the same.
+		{"/gpu/n1/0?range=1h&to=" + formatNum(unixSeconds(historyEnd)-0.0005), "framebuffer", "used", 0},
+	} {
+		t.Run(tc.path+" "+tc.chart, func(t *testing.T) {
+			code, body := get(t, f.srv.URL+tc.path)
+			require.Equal(t, 200, code, body)
+			a := readAxis(t, body)
+			if !strings.Contains(tc.path, "to=") {
+				require.Equal(t, unixSeconds(now), a.end, "the range ends now")
+			}
+			vs, ok := legendValues(t, body, tc.chart, tc.line)
+			require.True(t, ok, "line %q of chart %s", tc.line, tc.chart)
+			require.Len(t, vs, a.points)
+			for _, i := range []int{a.points - 2, a.points - 1} {
+				require.False(t, math.IsNaN(vs[i]), "step %d of %d: the newest steps are drawn: %v", i, a.points, vs)
+			}
+			expr := chartQueries(t, body, tc.chart)[tc.query]
+			sameFloats(t, only(t, queryRange(t, f.srv.URL, expr, a)), vs, expr)
+			require.NotContains(t, figure(t, body, tc.chart), ">no data<")
+		})
+	}
+
+	// /graph's default end is now too, at Prometheus's own step.
+	q := url.Values{"g0.expr": {`DCGM_FI_DEV_FB_USED{gpu="0"}`}, "g0.tab": {"0"}}
+	for _, rng := range []string{"5m", "1h", "6h"} {
+		q.Set("g0.range_input", rng)
+		code, body := get(t, f.srv.URL+"/graph?"+q.Encode())
+		require.Equal(t, 200, code, body)
+		fig := figure(t, body, "g0")
+		m := regexp.MustCompile(`<li class="series s0" data-series="([^"]*)" data-values="([^"]*)"`).FindStringSubmatch(fig)
+		require.NotNil(t, m, fig)
+		d, _ := time.ParseDuration(rng)
+		step := math.Floor(d.Seconds() / 250)
+		a := pageAxis{start: unixSeconds(now.Add(-d)), end: unixSeconds(now), step: step, points: int(d.Seconds()/step) + 1}
+		vs, _ := legendValues(t, body, "g0", html.UnescapeString(m[1]))
+		require.False(t, math.IsNaN(vs[len(vs)-1]), "%s: the newest step is drawn", rng)
+		sameFloats(t, only(t, queryRange(t, f.srv.URL, q.Get("g0.expr"), a)), vs, rng+": the graph's points")
+		require.NotContains(t, fig, ">no data<")
+	}
 }

@@ -29,7 +29,12 @@ const (
 // palette is Grafana's classic series palette, as CSS classes s0…s9.
 const paletteSize = 10
 
-// axis maps a range's steps to x.
+// axis maps a range's steps to x. It holds the range as the engine
+// evaluates it (promql's timeMilliseconds): at whole milliseconds from
+// the start's millisecond, so that the step of every point the engine
+// returns is found. A live range starts at now − range with
+// nanoseconds; compared at that precision no point fell on a step, and
+// a page ending now drew nothing.
 type axis struct {
 	start time.Time
 	step  time.Duration
@@ -37,7 +42,12 @@ type axis struct {
 }
 
 func newAxis(start, end time.Time, step time.Duration) axis {
-	return axis{start: start, step: step, n: int(end.Sub(start)/step) + 1}
+	a := axis{start: time.UnixMilli(start.UnixMilli()), step: step.Truncate(time.Millisecond)}
+	if a.step <= 0 {
+		return axis{start: a.start, step: time.Millisecond, n: 1}
+	}
+	a.n = int(time.UnixMilli(end.UnixMilli()).Sub(a.start)/a.step) + 1
+	return a
 }
 
 func (a axis) x(i int) float64 {
