@@ -12,8 +12,8 @@ import (
 	"github.com/gpuscope/gpuscope/config"
 )
 
-func checkConfigCommand(app *kingpin.Application) command {
-	check := app.Command("check", "Check configuration and rule files.")
+func checkConfigCommand(cli *kingpin.Application) command {
+	check := cli.Command("check", "Check configuration and rule files.")
 	c := check.Command("config", "Validate gpuscope config files; exit 0 if all are valid, 1 otherwise.")
 	files := c.Arg("file", "Config file(s) to check.").Required().ExistingFiles()
 	return command{clause: c, run: func(logger *slog.Logger) error {
@@ -47,12 +47,5 @@ func checkConfigFiles(files []string, stdout, stderr io.Writer, logger *slog.Log
 
 // checkConfig runs the same validation serve runs at start and on reload.
 func checkConfig(file string, logger *slog.Logger) (*config.Config, error) {
-	cfg, err := config.LoadFile(file, logger)
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.CheckBuiltinJobs(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return config.Loader{File: file, Logger: logger}.Load()
 }

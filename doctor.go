@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,42 +10,36 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/alecthomas/units"
 
+	"github.com/gpuscope/gpuscope/app"
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/doctor"
-	"github.com/gpuscope/gpuscope/gpu/sim"
 )
 
-// doctorFlags are `gpuscope doctor`'s settings; the first four are
-// serve's, so that the same command line checks what serve would use.
+// doctorFlags are `gpuscope doctor`'s settings: the config is loaded as
+// serve loads it (config.Loader: --demo's GPUs and time scale, the
+// retention size where the file sets none), so that the same command line
+// checks what serve would use.
 type doctorFlags struct {
-	configFile    string
-	dataDir       string
-	dataDirSet    bool
-	demo          bool
-	retentionSize units.Base2Bytes
-	listenAddress string
-	url           string
-	urlSet        bool
-	format        string
-	timeout       time.Duration
+	config.Loader
+	doctor.Options
+	dataDirSet, urlSet bool
+	format             string
 }
 
-func doctorCommand(app *kingpin.Application) command {
-	c := app.Command("doctor", "Check what gpuscope needs from this machine (NVIDIA driver, GPUs, privileges, cgroups, container runtimes, data directory, port) and, when one runs, what the running gpuscope sees; each check says ok, warn or fail and what to do. Exit 0 unless a check fails (1); 2 when the config cannot be loaded.")
+func doctorCommand(cli *kingpin.Application) command {
+	c := cli.Command("doctor", "Check what gpuscope needs from this machine (NVIDIA driver, GPUs, privileges, cgroups, container runtimes, data directory, port) and, when one runs, what the running gpuscope sees; each check says ok, warn or fail and what to do. Exit 0 unless a check fails (1); 2 when the config cannot be loaded.")
 	f := &doctorFlags{}
-	c.Flag("config.file", "gpuscope config file, as given to serve. Empty: the embedded defaults.").StringVar(&f.configFile)
-	c.Flag("storage.tsdb.path", "The data directory serve uses. Default data/, or "+demoDataDir+" with --demo.").IsSetByUser(&f.dataDirSet).Default("data/").StringVar(&f.dataDir)
-	c.Flag("demo", "Check what `serve --demo` uses: its simulated GPUs and its data directory.").BoolVar(&f.demo)
-	c.Flag("storage.tsdb.retention.size", "serve's --storage.tsdb.retention.size, when the config file sets no retention.").Default("0").BytesVar(&f.retentionSize)
-	c.Flag("web.listen-address", "The address serve listens on. Default: the config file's web.listen_address ("+DefaultListenAddress+").").StringVar(&f.listenAddress)
-	c.Flag("url", "A running gpuscope to ask for its targets and containers (basic auth as http://user:password@host:port); empty (--url=) skips those checks. Default: http://localhost:<port of the listen address>.").IsSetByUser(&f.urlSet).StringVar(&f.url)
+	c.Flag("config.file", "gpuscope config file, as given to serve. Empty: the embedded defaults.").StringVar(&f.File)
+	c.Flag("storage.tsdb.path", "The data directory serve uses. Default data/, or "+config.DemoDataDir+" with --demo.").IsSetByUser(&f.dataDirSet).Default(app.DefaultDataDir).StringVar(&f.DataDir)
+	c.Flag("demo", "Check what `serve --demo` uses: its simulated GPUs and its data directory.").BoolVar(&f.Demo)
+	c.Flag("storage.tsdb.retention.size", "serve's --storage.tsdb.retention.size, when the config file sets no retention.").Default("0").BytesVar(&f.Loader.RetentionSize)
+	c.Flag("web.listen-address", "The address serve listens on. Default: the config file's web.listen_address ("+app.DefaultListenAddress+").").StringVar(&f.ListenAddress)
+	c.Flag("url", "A running gpuscope to ask for its targets and containers (basic auth as http://user:password@host:port); empty (--url=) skips those checks. Default: http://localhost:<port of the listen address>.").IsSetByUser(&f.urlSet).StringVar(&f.URL)
 	c.Flag("format", "Output format: text or json.").Default("text").EnumVar(&f.format, "text", "json")
-	c.Flag("timeout", "Deadline of each network check (a runtime's socket, a node, the running gpuscope).").Default("5s").DurationVar(&f.timeout)
+	c.Flag("timeout", "Deadline of each network check (a runtime's socket, a node, the running gpuscope).").Default("5s").DurationVar(&f.Timeout)
 	return command{clause: c, run: func(logger *slog.Logger) error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -59,7 +54,7 @@ func doctorCommand(app *kingpin.Application) command {
 // and returns the exit code: 0, 1 when a check fails, 2 when the config
 // cannot be loaded.
 func runDoctor(ctx context.Context, stdout, stderr io.Writer, f *doctorFlags, logger *slog.Logger) int {
-	o, err := doctorOptions(f, logger)
+	o, err := f.options(logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuscope doctor: %v\n", err)
 		return 2
@@ -68,15 +63,8 @@ func runDoctor(ctx context.Context, stdout, stderr io.Writer, f *doctorFlags, lo
 	if f.format == "json" {
 		err = doctor.WriteJSON(stdout, checks)
 	} else {
-		source := "embedded default"
-		if f.configFile != "" {
-			source = f.configFile
-		}
-		url := o.URL
-		if url == "" {
-			url = "none"
-		}
-		fmt.Fprintf(stdout, "gpuscope doctor: config %s, data %s, listen %s, running gpuscope %s\n\n", source, o.DataDir, o.ListenAddress, url)
+		fmt.Fprintf(stdout, "gpuscope doctor: config %s, data %s, listen %s, running gpuscope %s\n\n",
+			cmp.Or(f.File, "embedded default"), o.DataDir, o.ListenAddress, cmp.Or(o.URL, "none"))
 		err = doctor.WriteText(stdout, checks)
 	}
 	if err != nil {
@@ -89,39 +77,19 @@ func runDoctor(ctx context.Context, stdout, stderr io.Writer, f *doctorFlags, lo
 	return 0
 }
 
-func doctorOptions(f *doctorFlags, logger *slog.Logger) (doctor.Options, error) {
-	cfg := config.Default(logger)
-	if f.configFile != "" {
-		var err error
-		if cfg, err = config.LoadFile(f.configFile, logger); err != nil {
-			return doctor.Options{}, fmt.Errorf("load config: %w", err)
-		}
+func (f *doctorFlags) options(logger *slog.Logger) (doctor.Options, error) {
+	o := f.Options
+	f.Loader.Logger, o.Logger = logger, logger.With("component", "doctor")
+	var err error
+	if o.Config, err = f.Load(); err != nil {
+		return o, fmt.Errorf("load config: %w", err)
 	}
-	dataDir := f.dataDir
-	if f.demo {
-		cfg.GPU.Config, cfg.GPU.Sim = sim.DemoConfig()
-		if !f.dataDirSet {
-			dataDir = demoDataDir
-		}
+	if f.Demo && !f.dataDirSet {
+		o.DataDir = config.DemoDataDir
 	}
-	o := doctor.Options{
-		Config:        cfg,
-		Logger:        logger.With("component", "doctor"),
-		DataDir:       dataDir,
-		ListenAddress: f.listenAddress,
-		URL:           f.url,
-		Timeout:       f.timeout,
-	}
-	if o.ListenAddress == "" {
-		o.ListenAddress = cfg.Web.ListenAddress
-	}
+	o.ListenAddress = cmp.Or(o.ListenAddress, o.Config.Web.ListenAddress)
 	if err := (config.Web{ListenAddress: o.ListenAddress}).Validate(); err != nil {
-		return doctor.Options{}, fmt.Errorf("--web.listen-address: %w", err)
-	}
-	// As serve: the flag's size applies when the config sets no retention.
-	if s := cfg.Prometheus.StorageConfig.TSDBConfig; s == nil || s.Retention == nil ||
-		(s.Retention.Time == 0 && s.Retention.Size == 0 && s.Retention.Percentage == 0) {
-		o.RetentionSize = int64(f.retentionSize)
+		return o, fmt.Errorf("--web.listen-address: %w", err)
 	}
 	if !f.urlSet {
 		_, port, _ := net.SplitHostPort(o.ListenAddress)

@@ -16,10 +16,10 @@ import (
 // --write-documentation, Prometheus's own, the Markdown reference in
 // docs/command-line/gpuscope.md; and --write-man-page, the gpuscope(1)
 // page the deb and rpm install (docs/gpuscope.1).
-func addDocumentationFlags(app *kingpin.Application) {
+func addDocumentationFlags(cli *kingpin.Application) {
 	write := func(gen func(*kingpin.Application, *kingpin.ParseContext, io.Writer) error) kingpin.Action {
 		return func(ctx *kingpin.ParseContext) error {
-			if err := gen(app, ctx, os.Stdout); err != nil {
+			if err := gen(cli, ctx, os.Stdout); err != nil {
 				fmt.Fprintf(os.Stderr, "gpuscope: %v\n", err)
 				os.Exit(1)
 			}
@@ -27,19 +27,19 @@ func addDocumentationFlags(app *kingpin.Application) {
 			return nil
 		}
 	}
-	app.Flag("write-documentation", "Print the command-line reference in Markdown (docs/command-line/gpuscope.md).").Hidden().
+	cli.Flag("write-documentation", "Print the command-line reference in Markdown (docs/command-line/gpuscope.md).").Hidden().
 		PreAction(write(writeMarkdown)).Bool()
-	app.Flag("write-man-page", "Print the gpuscope(1) man page (docs/gpuscope.1).").Hidden().
+	cli.Flag("write-man-page", "Print the gpuscope(1) man page (docs/gpuscope.1).").Hidden().
 		PreAction(write(writeManPage)).Bool()
 }
 
-func writeMarkdown(app *kingpin.Application, _ *kingpin.ParseContext, w io.Writer) error {
-	return documentcli.GenerateMarkdown(app.Model(), w)
+func writeMarkdown(cli *kingpin.Application, _ *kingpin.ParseContext, w io.Writer) error {
+	return documentcli.GenerateMarkdown(cli.Model(), w)
 }
 
 // writeManPage is kingpin's --help-man page with a title line a man
 // reader takes: kingpin puts the whole multi-line --version text there.
-func writeManPage(app *kingpin.Application, ctx *kingpin.ParseContext, w io.Writer) error {
+func writeManPage(cli *kingpin.Application, ctx *kingpin.ParseContext, w io.Writer) error {
 	template := strings.Replace(kingpin.ManPageTemplate, `.TH {{.App.Name}} 1 {{.App.Version}} "{{.App.Author}}"`,
 		`.TH {{.App.Name}} 1 "" "gpuscope" "gpuscope manual"`, 1)
 	if template == kingpin.ManPageTemplate {
@@ -52,6 +52,6 @@ func writeManPage(app *kingpin.Application, ctx *kingpin.ParseContext, w io.Writ
 		return fmt.Errorf("kingpin's man page template has no NAME section to complete")
 	}
 	template = named
-	app.UsageWriter(w)
-	return app.UsageForContextWithTemplate(ctx, 2, template)
+	cli.UsageWriter(w)
+	return cli.UsageForContextWithTemplate(ctx, 2, template)
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/gpuscope/gpuscope/dashboards"
 )
 
-func dashboardsExportCommand(app *kingpin.Application) command {
-	c := app.Command("dashboards", "Grafana dashboards.").Command("export", "Write every dashboard as <uid>.json into DIR, for Grafana's Dashboards → Import.")
+func dashboardsExportCommand(cli *kingpin.Application) command {
+	c := cli.Command("dashboards", "Grafana dashboards.").Command("export", "Write every dashboard as <uid>.json into DIR, for Grafana's Dashboards → Import.")
 	dir := c.Arg("dir", "Output directory (created if missing).").Required().String()
 	return command{clause: c, run: func(*slog.Logger) error {
 		set, err := dashboards.Build()
@@ -30,19 +30,16 @@ func dashboardsExportCommand(app *kingpin.Application) command {
 	}}
 }
 
-func grafanaProvisionCommand(app *kingpin.Application) command {
-	c := app.Command("grafana", "Grafana integration.").Command("provision", "Write a Grafana provisioning tree (data source + dashboards) into DIR/provisioning; mount it at /etc/grafana/provisioning.")
+func grafanaProvisionCommand(cli *kingpin.Application) command {
+	c := cli.Command("grafana", "Grafana integration.").Command("provision", "Write a Grafana provisioning tree (data source + dashboards) into DIR/provisioning; mount it at /etc/grafana/provisioning.")
 	dir := c.Arg("dir", "Output directory (created if missing).").Required().String()
 	url := c.Flag("url", "gpuscope's URL as Grafana reaches it, e.g. http://gpuscope:9089.").Required().String()
 	configFile := c.Flag("config.file", "gpuscope config file whose global.scrape_interval becomes the data source's timeInterval. Empty: the embedded default (15s).").String()
 	grafanaPath := c.Flag("grafana.provisioning-path", "Where DIR/provisioning is mounted inside Grafana.").Default("/etc/grafana/provisioning").String()
 	return command{clause: c, run: func(logger *slog.Logger) error {
-		cfg := config.Default(logger)
-		if *configFile != "" {
-			var err error
-			if cfg, err = config.LoadFile(*configFile, logger); err != nil {
-				return err
-			}
+		cfg, err := config.Loader{File: *configFile, Logger: logger}.Load()
+		if err != nil {
+			return err
 		}
 		set, err := dashboards.Build()
 		if err != nil {

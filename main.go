@@ -25,11 +25,6 @@ import (
 // semver so Grafana's version detection accepts it.
 const fallbackVersion = "0.1.0-dev"
 
-// DefaultListenAddress is gpuscope's port: 9089 is next to Prometheus's
-// 9090 and clear of Alertmanager (9093), node_exporter (9100),
-// dcgm-exporter (9400), cAdvisor (8080) and Grafana (3000).
-const DefaultListenAddress = "0.0.0.0:9089"
-
 // command is one subcommand: its flags are registered on the kingpin
 // command, and run executes it once the command line is parsed.
 type command struct {
@@ -41,10 +36,10 @@ func main() {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		stampVersion(bi)
 	}
-	app, commands, logConfig := newApp()
-	addDocumentationFlags(app)
+	cli, commands, logConfig := newApp()
+	addDocumentationFlags(cli)
 
-	selected, err := app.Parse(os.Args[1:])
+	selected, err := cli.Parse(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpuscope: %s (try --help)\n", err)
 		os.Exit(2)
@@ -73,32 +68,32 @@ func main() {
 // newApp is gpuscope's command line: the flags every command has and the
 // commands, each with its flags.
 func newApp() (*kingpin.Application, []command, *promslog.Config) {
-	app := kingpin.New("gpuscope", "GPU and container monitoring appliance: Prometheus TSDB, scrape loop, cAdvisor, NVML/DCGM metrics, alert rules and Grafana dashboards in one binary.")
-	app.Version(version.Print("gpuscope"))
-	app.HelpFlag.Short('h')
+	cli := kingpin.New("gpuscope", "GPU and container monitoring appliance: Prometheus TSDB, scrape loop, cAdvisor, NVML/DCGM metrics, alert rules and Grafana dashboards in one binary.")
+	cli.Version(version.Print("gpuscope"))
+	cli.HelpFlag.Short('h')
 	// --help is asked for, not an error: it goes to stdout so that
 	// `gpuscope --help | less` works.
-	app.UsageWriter(os.Stdout)
+	cli.UsageWriter(os.Stdout)
 	logConfig := &promslog.Config{}
-	promslogflag.AddFlags(app, logConfig)
+	promslogflag.AddFlags(cli, logConfig)
 	commands := []command{
-		serveCommand(app),
-		agentCommand(app),
-		checkConfigCommand(app),
-		checkRulesCommand(app),
-		rulesExportCommand(app),
-		dashboardsExportCommand(app),
-		grafanaProvisionCommand(app),
-		alertmanagerExportCommand(app),
-		workloadsCommand(app),
-		doctorCommand(app),
-		versionCommand(app),
+		serveCommand(cli),
+		agentCommand(cli),
+		checkConfigCommand(cli),
+		checkRulesCommand(cli),
+		rulesExportCommand(cli),
+		dashboardsExportCommand(cli),
+		grafanaProvisionCommand(cli),
+		alertmanagerExportCommand(cli),
+		workloadsCommand(cli),
+		doctorCommand(cli),
+		versionCommand(cli),
 	}
-	return app, commands, logConfig
+	return cli, commands, logConfig
 }
 
-func versionCommand(app *kingpin.Application) command {
-	c := app.Command("version", "Print the version and build information.")
+func versionCommand(cli *kingpin.Application) command {
+	c := cli.Command("version", "Print the version and build information.")
 	return command{clause: c, run: func(*slog.Logger) error {
 		fmt.Println(version.Print("gpuscope"))
 		return nil

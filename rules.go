@@ -15,8 +15,8 @@ import (
 // rulesExportCommand is `gpuscope rules export [DIR]`: the built-in rule
 // pack as the Prometheus rule files it is, to read, to copy a rule from
 // before overriding it, or to load into another Prometheus.
-func rulesExportCommand(app *kingpin.Application) command {
-	c := app.Command("rules", "The built-in alerting and recording rules.").
+func rulesExportCommand(cli *kingpin.Application) command {
+	c := cli.Command("rules", "The built-in alerting and recording rules.").
 		Command("export", "Print the built-in rules as one Prometheus rule file, or write the pack's files into DIR.")
 	dir := c.Arg("dir", "Directory to write the rule files into (created if missing). Default: print one file to stdout.").String()
 	return command{clause: c, run: func(*slog.Logger) error {
@@ -41,8 +41,8 @@ func rulesExportCommand(app *kingpin.Application) command {
 // checkRulesCommand is `gpuscope check rules FILE...`, promtool's check
 // rules for files that are not (yet) in a config's rule_files. It must be
 // registered after checkConfigCommand, which creates `check`.
-func checkRulesCommand(app *kingpin.Application) command {
-	c := app.GetCommand("check").Command("rules", "Validate Prometheus rule files; exit 0 if all are valid, 1 otherwise.")
+func checkRulesCommand(cli *kingpin.Application) command {
+	c := cli.GetCommand("check").Command("rules", "Validate Prometheus rule files; exit 0 if all are valid, 1 otherwise.")
 	files := c.Arg("file", "Rule file(s) to check.").Required().ExistingFiles()
 	return command{clause: c, run: func(*slog.Logger) error {
 		failed := 0

@@ -14,6 +14,8 @@ import (
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/alecthomas/kingpin/v2"
 	promconfig "github.com/prometheus/prometheus/config"
+
+	"github.com/gpuscope/gpuscope/accounting"
 )
 
 // memLimitFlags are Prometheus's --auto-gomemlimit flags: the Go runtime's
@@ -70,24 +72,9 @@ func setMemLimit(f *memLimitFlags, logger *slog.Logger, fromCgroup, fromSystem m
 	}
 	debug.SetMemoryLimit(int64(goLimit))
 	// "from", not "source": promslog's handler owns the source key.
-	logger.Info("Set GOMEMLIMIT", "from", source, "limit", humanBytes(uint64(limit)), "ratio", f.ratio,
-		"GOMEMLIMIT", humanBytes(goLimit), "bytes", goLimit)
+	logger.Info("Set GOMEMLIMIT", "from", source, "limit", accounting.HumanBytes(float64(limit)), "ratio", f.ratio,
+		"GOMEMLIMIT", accounting.HumanBytes(float64(goLimit)), "bytes", goLimit)
 	return nil
-}
-
-// humanBytes writes a memory size as a person reads it, e.g. 21.2GiB
-// rather than units' exact 21GiB190MiB569KiB614B.
-func humanBytes(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%dB", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit && exp < 4; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTP"[exp])
 }
 
 // applyGoGC sets the garbage collector's target from the config's

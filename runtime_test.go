@@ -33,9 +33,9 @@ func TestSetMemLimit(t *testing.T) {
 		unchanged bool
 	}{
 		{name: "cgroup limit", flags: memLimitFlags{auto: true, ratio: 0.9}, cgroup: memlimit.Limit(2 * gib),
-			want: 1932735283, wantLog: "from=cgroup limit=2.0GiB ratio=0.9"},
+			want: 1932735283, wantLog: `from=cgroup limit="2.0 GiB" ratio=0.9`},
 		{name: "ratio", flags: memLimitFlags{auto: true, ratio: 0.5}, cgroup: memlimit.Limit(2 * gib),
-			want: gib, wantLog: "GOMEMLIMIT=1.0GiB bytes=1073741824"},
+			want: gib, wantLog: `GOMEMLIMIT="1.0 GiB" bytes=1073741824`},
 		{name: "no cgroup limit: system memory", flags: memLimitFlags{auto: true, ratio: 0.9}, cgroup: noCgroup, system: memlimit.Limit(10 * gib),
 			want: 9663676416, wantLog: `from="system memory"`},
 		{name: "nothing found", flags: memLimitFlags{auto: true, ratio: 0.9}, cgroup: noCgroup, system: func() (uint64, error) { return 0, errors.New("no /proc") },
@@ -65,19 +65,5 @@ func TestSetMemLimit(t *testing.T) {
 			require.Equal(t, want, debug.SetMemoryLimit(-1))
 			require.Contains(t, logs.String(), tc.wantLog)
 		})
-	}
-}
-
-func TestHumanBytes(t *testing.T) {
-	for in, want := range map[uint64]string{
-		512:                   "512B",
-		1536:                  "1.5KiB",
-		2 << 30:               "2.0GiB",
-		22748391014:           "21.2GiB",
-		25264340992:           "23.5GiB",
-		3 << 50:               "3.0PiB",
-		uint64(5<<40) + 1<<39: "5.5TiB",
-	} {
-		require.Equal(t, want, humanBytes(in), "%d bytes", in)
 	}
 }

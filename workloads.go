@@ -11,20 +11,19 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/common/model"
 
 	"github.com/gpuscope/gpuscope/accounting"
 )
 
 // workloadsCommand is `gpuscope workloads`: the run report of a running
 // appliance, as `docker ps` lists containers.
-func workloadsCommand(app *kingpin.Application) command {
-	c := app.Command("workloads", "Print the run report of a running gpuscope: every container and job seen, its GPUs, GPU-hours, energy and what went wrong.")
+func workloadsCommand(cli *kingpin.Application) command {
+	c := cli.Command("workloads", "Print the run report of a running gpuscope: every container and job seen, its GPUs, GPU-hours, energy and what went wrong.")
 	since := c.Flag("since", "How far back to report (a Prometheus duration: 30m, 24h, 7d). Default 7d.").String()
 	month := c.Flag("month", "Report one calendar month instead, in UTC (2026-11); the current month ends now. Not with --since.").PlaceHolder("YYYY-MM").String()
 	by := c.Flag("by", "Sum the runs by user, compose_project, workload, runtime, image, compose_service, slurm_job_id, slurm_user, instance or label:<name> (repeat or comma-separate for several).").Strings()
 	all := c.Flag("all", "List every cgroup, systemd units and raw cgroups that held no GPU included.").Bool()
-	format := c.Flag("format", "Output format: table, csv or json.").Default("table").Enum("table", "csv", "json")
+	format := c.Flag("format", "Output format: table, csv or json.").Default("table").Enum(accounting.Formats...)
 	server := c.Flag("url", "The gpuscope to ask (its web address; basic auth as http://user:password@host:port).").Default("http://localhost:9089").String()
 	return command{clause: c, run: func(*slog.Logger) error {
 		err := printWorkloads(context.Background(), os.Stdout, workloadsRequest{
@@ -47,9 +46,9 @@ type workloadsRequest struct {
 }
 
 func printWorkloads(ctx context.Context, w io.Writer, r workloadsRequest) error {
-	start, end, err := reportRange(r.since, r.month, r.now)
+	start, end, err := accounting.Period(r.since, r.month, r.now)
 	if err != nil {
-		return err
+		return fmt.Errorf("--%w", err) // it names since or month first: the flag
 	}
 	by, extra, err := accounting.ParseGroupBy(r.by)
 	if err != nil {
@@ -69,63 +68,19 @@ func printWorkloads(ctx context.Context, w io.Writer, r workloadsRequest) error 
 		if err != nil {
 			return err
 		}
-		for _, warning := range rep.Warnings {
-			fmt.Fprintf(os.Stderr, "warning: %s\n", warning)
-		}
-		switch r.format {
-		case "table":
-			return accounting.WriteGroupTable(w, by, rep.Groups)
-		case "csv":
-			return accounting.WriteGroupCSV(w, by, rep.Groups)
-		case "json":
-			return accounting.WriteGroupJSON(w, rep.Groups)
-		}
-		return fmt.Errorf("unknown format %q (table, csv or json)", r.format)
+		printWarnings(rep.Warnings)
+		return accounting.WriteGroups(w, r.format, by, rep.Groups)
 	}
 	rep, err := client.Report(ctx, q)
 	if err != nil {
 		return err
 	}
-	for _, warning := range rep.Warnings {
-		fmt.Fprintf(os.Stderr, "warning: %s\n", warning)
-	}
-	switch r.format {
-	case "table":
-		return accounting.WriteTable(w, rep.Runs, r.now)
-	case "csv":
-		return accounting.WriteCSV(w, rep.Runs)
-	case "json":
-		return accounting.WriteJSON(w, rep.Runs)
-	}
-	return fmt.Errorf("unknown format %q (table, csv or json)", r.format)
+	printWarnings(rep.Warnings)
+	return accounting.WriteRuns(w, r.format, rep.Runs, r.now)
 }
 
-// reportRange is the range of --since (default 7d) or --month, which
-// exclude each other: a calendar month in UTC, to now if it is this one.
-func reportRange(since, month string, now time.Time) (start, end time.Time, err error) {
-	if month != "" {
-		if since != "" {
-			return start, end, fmt.Errorf("--since %s and --month %s both say what to report: give one", since, month)
-		}
-		start, err = time.Parse("2006-01", month)
-		if err != nil {
-			return start, end, fmt.Errorf("--month %q is not a year and month (e.g. 2026-11)", month)
-		}
-		if start.After(now) {
-			return start, end, fmt.Errorf("--month %s has not begun", month)
-		}
-		end = start.AddDate(0, 1, 0)
-		if end.After(now) {
-			end = now
-		}
-		return start, end, nil
+func printWarnings(ws []string) {
+	for _, w := range ws {
+		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
 	}
-	if since == "" {
-		since = "7d"
-	}
-	d, err := model.ParseDuration(since)
-	if err != nil || d <= 0 {
-		return start, end, fmt.Errorf("--since %q is not a positive duration (e.g. 30m, 24h, 7d)", since)
-	}
-	return now.Add(-time.Duration(d)), now, nil
 }

@@ -261,3 +261,32 @@ func WriteGroupJSON(w io.Writer, groups []Group) error {
 	}
 	return enc.Encode(groups)
 }
+
+// Formats are the forms a report is written in: table, csv and json.
+var Formats = []string{"table", "csv", "json"}
+
+// WriteRuns writes runs in format (one of Formats).
+func WriteRuns(w io.Writer, format string, runs []Run, now time.Time) error {
+	switch format {
+	case "table":
+		return WriteTable(w, runs, now)
+	case "csv":
+		return WriteCSV(w, runs)
+	case "json":
+		return WriteJSON(w, runs)
+	}
+	return fmt.Errorf("unknown format %q (table, csv or json)", format)
+}
+
+// WriteGroups writes groups summed by by in format (one of Formats).
+func WriteGroups(w io.Writer, format string, by []string, groups []Group) error {
+	switch format {
+	case "table":
+		return WriteGroupTable(w, by, groups)
+	case "csv":
+		return WriteGroupCSV(w, by, groups)
+	case "json":
+		return WriteGroupJSON(w, groups)
+	}
+	return fmt.Errorf("unknown format %q (table, csv or json)", format)
+}

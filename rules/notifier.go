@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 	promconfig "github.com/prometheus/prometheus/config"
 	promdiscovery "github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/model/relabel"
 	"github.com/prometheus/prometheus/notifier"
 
 	"github.com/gpuscope/gpuscope/discovery"
@@ -113,21 +114,27 @@ func do(e *Embedded) func(context.Context, *http.Client, *http.Request) (*http.R
 func (n *Notifier) Manager() *notifier.Manager { return n.manager }
 
 // ApplyConfig takes the Alertmanagers, alert relabelling and external
-// labels of cfg, and adds the embedded Alertmanager.
-func (n *Notifier) ApplyConfig(cfg *promconfig.Config) error {
-	if n.embedded != nil {
-		c := *cfg
-		c.AlertingConfig.AlertmanagerConfigs = append(slices.Clone(cfg.AlertingConfig.AlertmanagerConfigs), embeddedConfig(n.embedded.Address))
-		cfg = &c
+// labels of cfg, and adds the embedded Alertmanager. owners are relabel
+// configs that run before alerting.alert_relabel_configs, so that the
+// user's own relabelling sees what they add (the users: section's
+// owner_email, owner_chat and owner_receiver by the user label).
+func (n *Notifier) ApplyConfig(cfg *promconfig.Config, owners []*relabel.Config) error {
+	c := *cfg
+	if len(owners) > 0 {
+		c.AlertingConfig.AlertRelabelConfigs = append(slices.Clone(owners), cfg.AlertingConfig.AlertRelabelConfigs...)
 	}
+	if n.embedded != nil {
+		c.AlertingConfig.AlertmanagerConfigs = append(slices.Clone(cfg.AlertingConfig.AlertmanagerConfigs), embeddedConfig(n.embedded.Address))
+	}
+	cfg = &c
 	if err := n.manager.ApplyConfig(cfg); err != nil {
 		return fmt.Errorf("notifier: %w", err)
 	}
-	c := map[string]promdiscovery.Configs{}
+	sd := map[string]promdiscovery.Configs{}
 	for k, v := range cfg.AlertingConfig.AlertmanagerConfigs.ToMap() {
-		c[k] = v.ServiceDiscoveryConfigs
+		sd[k] = v.ServiceDiscoveryConfigs
 	}
-	if err := n.targets.ApplyConfig(c); err != nil {
+	if err := n.targets.ApplyConfig(sd); err != nil {
 		return fmt.Errorf("notify discovery: %w", err)
 	}
 	return nil

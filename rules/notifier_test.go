@@ -61,7 +61,7 @@ alerting:
   alertmanagers:
     - static_configs: [{targets: [%q]}]
 `, strings.TrimPrefix(srv.URL, "http://")))
-	require.NoError(t, n.ApplyConfig(cfg))
+	require.NoError(t, n.ApplyConfig(cfg, nil))
 	require.Len(t, cfg.AlertingConfig.AlertmanagerConfigs, 1, "the config given is not changed")
 
 	ctx, stop := context.WithCancel(context.Background())

@@ -241,7 +241,7 @@ alerting:
 `, filepath.Join(dir, "r.yml"), strings.TrimPrefix(am.URL, "http://")))
 	rc := DefaultConfig()
 	rc.Builtin.Enabled = false
-	require.NoError(t, n.ApplyConfig(cfg))
+	require.NoError(t, n.ApplyConfig(cfg, nil))
 	require.NoError(t, r.ApplyConfig(cfg, rc))
 
 	nctx, nstop := context.WithCancel(context.Background())

@@ -23,16 +23,13 @@ type WorkloadReporter interface {
 
 // workloads serves the run report: GET or POST with the query API's
 // start and end (RFC 3339 or Unix seconds; default the last 7 days up to
-// now) and all=true for every cgroup. With by (user, compose_project,
+// now), or since (a duration back from now) or month (YYYY-MM in UTC) as
+// `gpuscope workloads` takes them, and all=true for every cgroup. With by (user, compose_project,
 // workload, label:<name>, ...; repeated or comma-separated) the data is
 // the runs' sums by those values instead of the runs.
 func workloads(r WorkloadReporter) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		end, err := parseTimeParam(c, "end", time.Now())
-		if err != nil {
-			return badData(c, err)
-		}
-		start, err := parseTimeParam(c, "start", end.Add(-7*24*time.Hour))
+		start, end, err := reportPeriod(c)
 		if err != nil {
 			return badData(c, err)
 		}
@@ -71,6 +68,26 @@ func workloads(r WorkloadReporter) echo.HandlerFunc {
 		}
 		return c.JSON(http.StatusOK, apiv1.Response{Status: "success", Data: rep.Runs, Warnings: rep.Warnings})
 	}
+}
+
+// reportPeriod is the report's range: start and end, or since or month.
+func reportPeriod(c echo.Context) (start, end time.Time, err error) {
+	since, month := c.FormValue("since"), c.FormValue("month")
+	if since != "" || month != "" {
+		if c.FormValue("start") != "" || c.FormValue("end") != "" {
+			return start, end, errors.New("give start and end, or since or month, not both")
+		}
+		start, end, err = accounting.Period(since, month, time.Now())
+		if err != nil {
+			return start, end, fmt.Errorf("invalid parameters: %w", err)
+		}
+		return start, end, nil
+	}
+	if end, err = parseTimeParam(c, "end", time.Now()); err != nil {
+		return start, end, err
+	}
+	start, err = parseTimeParam(c, "start", end.Add(-accounting.DefaultSince))
+	return start, end, err
 }
 
 func badData(c echo.Context, err error) error {

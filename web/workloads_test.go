@@ -37,12 +37,21 @@ func TestWorkloadsAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.JSONEq(t, `{"status":"success","data":[]}`, body, "grouped, no workloads: an empty list of groups")
 
+	for _, q := range []string{"since=24h", "month=" + time.Now().UTC().Format("2006-01")} {
+		code, body = get(t, srv.URL+"/api/v1/workloads?"+q)
+		require.Equal(t, http.StatusOK, code, body)
+		require.JSONEq(t, `{"status":"success","data":[]}`, body, q)
+	}
+
 	now := time.Now().UTC()
 	for _, tc := range []struct {
 		name, query, want string
 	}{
 		{"start unparsable", "start=yesterday", `invalid parameter "start": cannot parse "yesterday" to a valid timestamp (Unix seconds or RFC 3339)`},
 		{"end unparsable", "end=NaN", `invalid parameter "end": cannot parse "NaN" to a valid timestamp (Unix seconds or RFC 3339)`},
+		{"since and month", "since=7d&month=2026-11", `invalid parameters: since 7d and month 2026-11 both say what to report: give one`},
+		{"since and start", "since=7d&start=0", `give start and end, or since or month, not both`},
+		{"month unparsable", "month=November", `invalid parameters: month "November" is not a year and month (e.g. 2026-11)`},
 		{"all not a boolean", "all=maybe", `invalid parameter "all": "maybe" is not true or false`},
 		{"by unknown", "by=team", `invalid parameter "by": cannot group by "team": one of compose_project, compose_service, image, instance, runtime, slurm_job_id, slurm_user, user, workload, or label:<name> for any label`},
 		{"empty range", "start=" + now.Format(time.RFC3339) + "&end=" + now.Format(time.RFC3339),

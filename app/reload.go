@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	promconfig "github.com/prometheus/prometheus/config"
 
-	"github.com/gpuscope/gpuscope/alertmanager"
 	"github.com/gpuscope/gpuscope/config"
 )
 
@@ -21,10 +20,11 @@ type reloadState struct {
 	time    prometheus.Gauge
 	lastOK  atomic.Bool
 	lastAt  atomic.Int64
+	now     func() time.Time
 }
 
-func newReloadState(reg prometheus.Registerer) *reloadState {
-	s := &reloadState{
+func newReloadState(reg prometheus.Registerer, now func() time.Time) *reloadState {
+	s := &reloadState{now: now,
 		success: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gpuscope_config_last_reload_successful",
 			Help: "Whether the last configuration reload attempt was successful.",
@@ -45,16 +45,26 @@ func (s *reloadState) set(ok bool) {
 		return
 	}
 	s.success.Set(1)
-	s.time.SetToCurrentTime()
-	s.lastAt.Store(time.Now().Unix())
+	t := s.now()
+	s.time.Set(float64(t.UnixNano()) / 1e9)
+	s.lastAt.Store(t.Unix())
 }
 
-// reloadConfig reads the config file again (SIGHUP, /-/reload); an
-// invalid file changes nothing.
-func (a *appliance) reloadConfig() error {
-	a.logger.Info("Loading configuration file", "file", a.s.flags.configFile)
-	cfg, err := a.s.loader.read()
-	if err == nil {
+// Reload reads the config file again and applies it (the binary calls
+// it on SIGHUP; POST /-/reload comes here too); an invalid file changes
+// nothing, and its error says why. Safe while Run runs; one reload runs
+// at a time.
+func (a *Appliance) Reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	a.logger.Info("Loading configuration file", "file", a.set.ConfigFile)
+	cfg, err := a.set.loader().Load()
+	if err != nil {
+		err = fmt.Errorf("load config: %w", err)
+	} else {
+		for _, w := range cfg.Warnings {
+			a.logger.Warn("Config warning", "warning", w)
+		}
 		if err = cfg.AddBuiltinJobs(a.self.Address(), a.s.nodeName); err != nil {
 			err = fmt.Errorf("load config: %w", err)
 		}
@@ -72,23 +82,25 @@ func (a *appliance) reloadConfig() error {
 
 // applyConfig hands a validated config to every component, Prometheus
 // style: each applies what it can, failures are reported together.
-func (a *appliance) applyConfig(cfg *config.Config) error {
+func (a *Appliance) applyConfig(cfg *config.Config) error {
 	reloaders := []struct {
 		name  string
 		apply func(*promconfig.Config) error
 	}{
-		{"tsdb", func(c *promconfig.Config) error { return a.ready.Get().ApplyConfig(c) }},
+		{"tsdb", func(c *promconfig.Config) error { return a.storage.Get().ApplyConfig(c) }},
 		{"remote_storage", a.remote.ApplyConfig},
-		{"runtime", func(c *promconfig.Config) error { applyGoGC(c, a.logger); return nil }},
 		{"query_engine", func(c *promconfig.Config) error {
 			a.engine.SetEvaluationInterval(time.Duration(c.GlobalConfig.EvaluationInterval))
 			return nil
 		}},
 		{"scrape", a.scraper.ApplyConfig},
 		{"alertmanager", func(*promconfig.Config) error { return a.am.ApplyConfig(cfg.Alertmanager) }},
-		{"notify", func(c *promconfig.Config) error { return a.notifier.ApplyConfig(withOwnerLabels(c, cfg.Users)) }},
+		{"notify", func(c *promconfig.Config) error { return a.notifier.ApplyConfig(c, cfg.Users.AlertRelabelConfigs()) }},
 		{"rules", func(c *promconfig.Config) error { return a.rules.ApplyConfig(c, cfg.Rules) }},
 		{"digests", func(*promconfig.Config) error { return a.digest.ApplyConfig(cfg.Digests) }},
+	}
+	if a.set.OnConfig != nil {
+		a.set.OnConfig(cfg)
 	}
 	var errs []error
 	for _, r := range reloaders {
@@ -104,18 +116,4 @@ func (a *appliance) applyConfig(cfg *config.Config) error {
 		a.logger.Info("Configuration applied", "file", cfg.File, "scrape_interval", cfg.Prometheus.GlobalConfig.ScrapeInterval)
 	}
 	return errors.Join(errs...)
-}
-
-// withOwnerLabels is c with the users: section's alert relabellings
-// (owner_email, owner_chat, owner_receiver by the user label) before
-// alerting.alert_relabel_configs, so that the user's own relabelling
-// sees them; c itself where no user is mapped.
-func withOwnerLabels(c *promconfig.Config, users alertmanager.Users) *promconfig.Config {
-	rcs := users.AlertRelabelConfigs()
-	if len(rcs) == 0 {
-		return c
-	}
-	out := *c
-	out.AlertingConfig.AlertRelabelConfigs = append(rcs, c.AlertingConfig.AlertRelabelConfigs...)
-	return &out
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,25 +38,38 @@ import (
 	"github.com/gpuscope/gpuscope/web"
 )
 
-// appliance is `gpuscope serve`: its components, built in dependency
-// order by newAppliance (each build step reads only what the steps before
-// it set) and run in that order by run.
-type appliance struct {
-	s        *serveSettings
+// Appliance is `gpuscope serve`: its components, built in dependency
+// order by New (each build step reads only what the steps before it set)
+// and run in that order by Run.
+type Appliance struct {
+	set      Settings
+	s        resolved
 	logger   *slog.Logger
 	registry *prometheus.Registry
+	now      func() time.Time
+	started  time.Time
 	// sdMetrics are the service discovery metrics, registered once and
 	// shared by the scrape and notifier discovery, as in Prometheus.
 	sdMetrics *discovery.SDMetrics
 	config    atomic.Pointer[config.Config] // the config in effect; swapped whole on reload
 	reload    *reloadState
+	reloadMu  sync.Mutex // one reload at a time: Reload, SIGHUP and /-/reload
+
+	// lifecycle: Stop ends Run; ready is closed once Run serves.
+	stop     context.CancelFunc
+	stopCtx  context.Context
+	running  atomic.Bool
+	done     chan struct{}
+	ready    chan struct{}
+	stopOnce sync.Once
 
 	// listen
-	listener net.Listener
-	self     *web.SelfListener
+	listener    net.Listener
+	self        *web.SelfListener
+	externalURL *url.URL
 	// storage
 	lock        fileutil.Releaser
-	ready       *storage.Ready
+	storage     *storage.Ready
 	remote      *storage.Remote
 	scrapeReady *storage.ReadyScrapeManager // for remote write's metadata; set in buildIngest
 	fanout      promstorage.Storage         // TSDB + remote storage: scrape, rule and push appends, queries
@@ -74,12 +89,33 @@ type appliance struct {
 	web    *web.Handler
 }
 
-// newAppliance builds every component; it starts none. cfg is the config
-// read at start, before the built-in jobs are added.
-func newAppliance(s *serveSettings, cfg *config.Config, logger *slog.Logger) (*appliance, error) {
-	a := &appliance{s: s, logger: logger, registry: newSelfRegistry()}
-	a.reload = newReloadState(a.registry)
-	var err error
+// New builds the appliance from settings and the config file they name
+// (read once, here); it starts nothing but listening, so that a port in
+// use or a bad config fails at once. Run runs it.
+func New(_ context.Context, set Settings) (*Appliance, error) {
+	defaults(&set.Logger, &set.Registry, &set.Now)
+	cfg, err := set.loader().Load()
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	for _, w := range cfg.Warnings {
+		set.Logger.Warn("Config warning", "warning", w)
+	}
+	s, err := set.resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Appliance{set: set, s: s, logger: set.Logger, registry: set.Registry, now: set.Now, started: set.Now(),
+		done: make(chan struct{}), ready: make(chan struct{})}
+	a.stopCtx, a.stop = context.WithCancel(context.Background())
+	if set.Demo {
+		logDemo(a.logger, cfg.GPU, s.dataDir)
+	}
+	// Before the TSDB replays its WAL, as Prometheus sets GOGC.
+	if set.OnConfig != nil {
+		set.OnConfig(cfg)
+	}
+	a.reload = newReloadState(a.registry, a.now)
 	if a.sdMetrics, err = discovery.CreateAndRegisterSDMetrics(a.registry); err != nil {
 		return nil, fmt.Errorf("register service discovery metrics: %w", err)
 	}
@@ -90,21 +126,51 @@ func newAppliance(s *serveSettings, cfg *config.Config, logger *slog.Logger) (*a
 	a.config.Store(cfg)
 	for _, build := range []func() error{a.buildStorage, a.buildQuery, a.buildIngest, a.buildWeb} {
 		if err := build(); err != nil {
-			a.close()
-			return nil, err
+			a.listener.Close()
+			return nil, errors.Join(err, a.close())
 		}
 	}
 	return a, nil
 }
 
-// listen takes the port and builds the self listener the built-in jobs
-// scrape, whose address (the port's) the built-in jobs name.
-func (a *appliance) listen(cfg *config.Config) error {
+// Addr is the address the appliance listens on (the port chosen, for a
+// listen address with port 0).
+func (a *Appliance) Addr() net.Addr { return a.listener.Addr() }
+
+// Ready is closed once Run serves: the TSDB open, the config applied and
+// every component started (/-/ready answers 200).
+func (a *Appliance) Ready() <-chan struct{} { return a.ready }
+
+// Stop ends Run and waits for it to return; before Run, it releases what
+// New took. It is safe to call more than once and from any goroutine.
+func (a *Appliance) Stop() {
+	a.stopOnce.Do(func() {
+		a.stop()
+		if !a.running.Swap(true) { // Run never started: nobody else closes
+			a.listener.Close()
+			if err := a.close(); err != nil {
+				a.logger.Error("Stop", "err", err)
+			}
+			close(a.done)
+		}
+	})
+	<-a.done
+}
+
+// listen takes the port, builds the self listener the built-in jobs
+// scrape (whose address, the port's, the built-in jobs name), and
+// resolves the external URL, now that the port is known.
+func (a *Appliance) listen(cfg *config.Config) error {
 	l, err := web.Listen(a.s.listenAddress)
 	if err != nil {
 		return err
 	}
-	a.self = web.NewSelfListener(net.JoinHostPort("localhost", strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
+	port := l.Addr().(*net.TCPAddr).Port
+	if a.externalURL, err = externalURL(a.s.externalURL, a.s.nodeName, port); err != nil {
+		l.Close()
+		return err
+	}
+	a.self = web.NewSelfListener(net.JoinHostPort("localhost", strconv.Itoa(port)))
 	if err := cfg.AddBuiltinJobs(a.self.Address(), a.s.nodeName); err != nil {
 		l.Close()
 		return fmt.Errorf("load config: %w", err)
@@ -116,47 +182,43 @@ func (a *appliance) listen(cfg *config.Config) error {
 // buildStorage locks the data directory and builds the storage the TSDB
 // opens into (in run, so that the web server answers during a long WAL
 // replay) and the remote-write queues.
-func (a *appliance) buildStorage() error {
+func (a *Appliance) buildStorage() error {
 	// The data directory is locked before the engine rewrites its active
 	// query log there, so a second gpuscope on it stops here, harmlessly.
 	var err error
 	if a.lock, err = storage.Lock(a.s.dataDir); err != nil {
 		return err
 	}
-	a.ready = storage.NewReady()
+	a.storage = storage.NewReady()
 	a.scrapeReady = &storage.ReadyScrapeManager{}
 	a.remote = storage.NewRemote(storage.RemoteOptions{
 		Logger:        a.logger.With("component", "remote"),
 		Registerer:    a.registry,
-		Local:         a.ready,
+		Local:         a.storage,
 		Dir:           a.s.dataDir,
-		FlushDeadline: time.Duration(a.s.flags.remoteFlushDeadline),
+		FlushDeadline: a.set.RemoteFlushDeadline,
 		ScrapeManager: a.scrapeReady,
 	})
-	a.fanout = storage.NewFanout(a.logger, a.ready, a.remote)
+	a.fanout = storage.NewFanout(a.logger, a.storage, a.remote)
 	return nil
 }
 
 // buildQuery builds the PromQL engine, the notifier, the rule manager and
 // the run reports, which all read through the engine.
-func (a *appliance) buildQuery() error {
-	f := a.s.flags
+func (a *Appliance) buildQuery() error {
+	f := &a.set
 	a.parser = parser.NewParser(parser.Options{})
 	var err error
 	a.engine, err = query.NewEngine(query.EngineOptions{
 		Logger:         a.logger, // it names its parts: query engine, activeQueryTracker
 		Registerer:     a.registry,
 		DataDir:        a.s.dataDir,
-		Timeout:        time.Duration(f.queryTimeout),
-		MaxSamples:     f.maxSamples,
-		MaxConcurrency: f.maxConcurrency,
-		LookbackDelta:  time.Duration(f.lookbackDelta),
+		Timeout:        f.QueryTimeout,
+		MaxSamples:     f.MaxSamples,
+		MaxConcurrency: f.MaxConcurrency,
+		LookbackDelta:  f.LookbackDelta,
 		Parser:         a.parser,
 	})
-	if err != nil {
-		return err
-	}
-	externalURL, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.listener.Addr().(*net.TCPAddr).Port)
 	if err != nil {
 		return err
 	}
@@ -166,7 +228,7 @@ func (a *appliance) buildQuery() error {
 		Logger:      a.logger, // it names its parts: alertmanager, alertmanager nflog, ...
 		Registerer:  a.registry,
 		Dir:         filepath.Join(a.s.dataDir, "alertmanager"),
-		ExternalURL: externalURL,
+		ExternalURL: a.externalURL,
 	})
 	if err != nil {
 		return err
@@ -178,8 +240,8 @@ func (a *appliance) buildQuery() error {
 		Logger:          a.logger, // it names its parts: notifier, discovery manager notify
 		Registerer:      a.registry,
 		SDMetrics:       a.sdMetrics,
-		QueueCapacity:   f.notificationQueue,
-		DrainOnShutdown: f.drainNotifications,
+		QueueCapacity:   f.NotificationQueue,
+		DrainOnShutdown: f.DrainNotifications,
 		Embedded:        &rules.Embedded{Address: a.self.Address(), Dial: a.self.Dial},
 	})
 	if err != nil {
@@ -192,10 +254,10 @@ func (a *appliance) buildQuery() error {
 		Queryable:       a.fanout,
 		Appendable:      a.fanout,
 		Notifier:        a.notifier.Manager(),
-		ExternalURL:     externalURL,
-		OutageTolerance: time.Duration(f.outageTolerance),
-		ForGracePeriod:  time.Duration(f.forGracePeriod),
-		ResendDelay:     time.Duration(f.resendDelay),
+		ExternalURL:     a.externalURL,
+		OutageTolerance: f.OutageTolerance,
+		ForGracePeriod:  f.ForGracePeriod,
+		ResendDelay:     f.ResendDelay,
 		Parser:          a.parser,
 	})
 	if err != nil {
@@ -215,7 +277,7 @@ func (a *appliance) buildQuery() error {
 	a.digest, err = digest.New(digest.Options{
 		Reporter:    a.reporter,
 		Sender:      a.notifier.Manager(),
-		ExternalURL: externalURL,
+		ExternalURL: a.externalURL,
 		Logger:      a.logger.With("component", "digest"),
 	})
 	return err
@@ -223,7 +285,7 @@ func (a *appliance) buildQuery() error {
 
 // buildIngest builds the node's collectors and the scrape manager that
 // reads them (through the self listener) and every other target.
-func (a *appliance) buildIngest() error {
+func (a *Appliance) buildIngest() error {
 	var err error
 	if a.collectors, err = newNodeCollectors(a.config.Load(), a.s.nodeName, a.logger); err != nil {
 		return err
@@ -245,12 +307,8 @@ func (a *appliance) buildIngest() error {
 
 // buildWeb builds the HTTP side: the API over the engine and storage, the
 // overview page, federation, dashboards and the collectors' endpoints.
-func (a *appliance) buildWeb() error {
+func (a *Appliance) buildWeb() error {
 	boards, err := dashboards.Build()
-	if err != nil {
-		return err
-	}
-	externalURL, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.port())
 	if err != nil {
 		return err
 	}
@@ -258,11 +316,11 @@ func (a *appliance) buildWeb() error {
 	a.web = web.New(web.Options{
 		Logger:              a.logger.With("component", "web"),
 		ListenAddress:       a.s.listenAddress,
-		ExternalURL:         externalURL,
+		ExternalURL:         a.externalURL,
 		CORSOrigin:          a.s.cors,
-		WebConfigFile:       a.s.flags.webConfigFile,
-		MaxRequestBodyBytes: int64(a.s.flags.maxBodyBytes),
-		EnableLifecycle:     a.s.flags.enableLifecycle,
+		WebConfigFile:       a.set.WebConfigFile,
+		MaxRequestBodyBytes: int64(a.set.MaxRequestBodyBytes),
+		EnableLifecycle:     a.set.EnableLifecycle,
 		// The series diet: /metrics, and so the built-in gpuscope job,
 		// has the families self_metrics: turns on, as of the last reload.
 		Gatherer: families.Gatherer(a.registry, func(name string) bool {
@@ -270,9 +328,10 @@ func (a *appliance) buildWeb() error {
 		}),
 		Registerer:                a.registry,
 		API:                       a.apiOptions(),
-		AllowUnauthenticatedAdmin: a.s.flags.allowUnauthAdmin,
+		AllowUnauthenticatedAdmin: a.set.AllowUnauthenticatedAdmin,
 		Status:                    a.statusLines,
 		Overview: web.OverviewOptions{
+			Now:            a.now,
 			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
 			Health:         a.healthChecks,
 			GrafanaURL:     func() string { return a.config.Load().Web.GrafanaURL },
@@ -287,8 +346,8 @@ func (a *appliance) buildWeb() error {
 		}),
 	})
 	a.web.MountFederation(web.FederationOptions{
-		Queryable:     a.ready,
-		LookbackDelta: time.Duration(a.s.flags.lookbackDelta),
+		Queryable:     a.storage,
+		LookbackDelta: a.set.LookbackDelta,
 		ExternalLabels: func() labels.Labels {
 			return a.config.Load().Prometheus.GlobalConfig.ExternalLabels
 		},
@@ -301,20 +360,20 @@ func (a *appliance) buildWeb() error {
 	return nil
 }
 
-func (a *appliance) apiOptions() *web.APIOptions {
-	f := a.s.flags
+func (a *Appliance) apiOptions() *web.APIOptions {
+	f := &a.set
 	return &web.APIOptions{
 		QueryEngine:   a.engine,
 		Queryable:     a.fanout,
 		Appendable:    a.fanout,
-		Exemplars:     a.ready,
-		TSDB:          a.ready,
+		Exemplars:     a.storage,
+		TSDB:          a.storage,
 		TSDBDir:       a.s.dataDir,
 		ScrapeManager: a.scraper.Manager(),
 		RuleManager:   a.rules.Prometheus(),
 		Notifier:      a.notifier.Manager(),
 		Config:        func() promconfig.Config { return *a.config.Load().Prometheus },
-		Flags:         a.s.flagValues(),
+		Flags:         a.set.flagValues(a.s),
 		RuntimeInfo:   a.runtimeInfo,
 		BuildInfo: &apiv1.PrometheusVersion{
 			Version:   version.Version,
@@ -324,21 +383,21 @@ func (a *appliance) apiOptions() *web.APIOptions {
 			BuildDate: version.BuildDate,
 			GoVersion: version.GoVersion,
 		},
-		EnableAdmin:               f.enableAdmin,
-		EnableRemoteWriteReceiver: f.enableRemoteWriteReceiver,
-		EnableOTLPReceiver:        f.enableOTLPReceiver,
-		LookbackDelta:             time.Duration(f.lookbackDelta),
-		QueryTimeout:              time.Duration(f.queryTimeout),
+		EnableAdmin:               f.EnableAdmin,
+		EnableRemoteWriteReceiver: f.EnableRemoteWriteReceiver,
+		EnableOTLPReceiver:        f.EnableOTLPReceiver,
+		LookbackDelta:             f.LookbackDelta,
+		QueryTimeout:              f.QueryTimeout,
 		Parser:                    a.parser,
 		Workloads:                 a.reporter,
 		Digests:                   a.digest,
 	}
 }
 
-// close releases what newAppliance acquired: the engine's query log, the
+// close releases what New acquired: the engine's query log, the
 // remote storage's goroutine, the data directory lock and the listener
 // (if the server never took it).
-func (a *appliance) close() error {
+func (a *Appliance) close() error {
 	var errs []error
 	if a.health != nil {
 		a.health.Wait()
@@ -355,11 +414,19 @@ func (a *appliance) close() error {
 	return errors.Join(errs...)
 }
 
-func (a *appliance) port() int { return a.listener.Addr().(*net.TCPAddr).Port }
+// Run starts the components in dependency order, serves until ctx ends,
+// Stop is called, /-/quit is asked or a component fails, and stops them
+// in reverse order (runner says why). It runs once.
+func (a *Appliance) Run(ctx context.Context) (err error) {
+	if a.running.Swap(true) {
+		return errors.New("the appliance has run already, or was stopped")
+	}
+	defer close(a.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(a.stopCtx, cancel)
+	defer stop()
 
-// run starts the components in dependency order, serves until ctx ends,
-// and stops them in reverse order (runner says why).
-func (a *appliance) run(ctx context.Context) (err error) {
 	r := newRunner()
 	defer func() {
 		err = errors.Join(err, r.stopAll(), a.close())
@@ -390,15 +457,11 @@ func (a *appliance) run(ctx context.Context) (err error) {
 	a.web.SetReady(true)
 	a.health.Checks(ctx) // the first run now, so that the page has them when first opened
 	a.logger.Info("gpuscope is ready; point Grafana's Prometheus data source at this URL",
-		"url", a.grafanaURL(), "listen", a.listener.Addr().String(), "node", a.s.nodeName)
+		"url", a.externalURL.String(), "listen", a.listener.Addr().String(), "node", a.s.nodeName)
+	close(a.ready)
 	return r.wait(ctx, events{
-		hup: func() {
-			if err := a.reloadConfig(); err != nil {
-				a.logger.Error("Reload failed; the previous configuration stays in effect", "err", err)
-			}
-		},
 		reload: a.web.Reload(),
-		apply:  a.reloadConfig,
+		apply:  a.Reload,
 		quit:   a.web.Quit(),
 		ready:  a.web.SetReady,
 		logger: a.logger,
@@ -408,19 +471,19 @@ func (a *appliance) run(ctx context.Context) (err error) {
 // openStorage opens the TSDB (replaying its WAL) with the web server
 // already answering, and starts what writes beside it: the disk reserve
 // and the remote-write queues that tail its WAL.
-func (a *appliance) openStorage(r *runner) error {
-	f := a.s.flags
+func (a *Appliance) openStorage(r *runner) error {
+	f := &a.set
 	a.logger.Info("Opening TSDB", "dir", a.s.dataDir)
 	start := time.Now()
 	db, err := storage.Open(storage.Options{
 		Dir:              a.s.dataDir,
-		Retention:        time.Duration(f.retentionTime),
-		MaxBytes:         f.retentionSize,
-		WALCompression:   f.walCompression,
-		MinBlockDuration: time.Duration(f.minBlockRange),
-		SkipBlockCheck:   !f.verifyBlocks,
+		Retention:        time.Duration(f.RetentionTime),
+		MaxBytes:         f.RetentionSize,
+		WALCompression:   f.WALCompression,
+		MinBlockDuration: f.MinBlockDuration,
+		SkipBlockCheck:   !f.VerifyBlocks,
 		MaxExemplars:     a.config.Load().Prometheus.StorageConfig.ExemplarsConfig.MaxExemplars,
-		Stats:            a.ready.DBStats(),
+		Stats:            a.storage.DBStats(),
 		Logger:           a.logger.With("component", "tsdb"),
 		Registerer:       a.registry,
 	})
@@ -443,13 +506,13 @@ func (a *appliance) openStorage(r *runner) error {
 	// failure itself is stored and alerted on (storage/reserve.go).
 	reserve := storage.NewReserve(storage.ReserveOptions{
 		Dir:        a.s.dataDir,
-		Size:       int64(f.diskReserve),
+		Size:       int64(f.DiskReserve),
 		Logger:     a.logger.With("component", "tsdb"),
 		Registerer: a.registry,
 	})
-	a.ready.OnCommitFailed(reserve.CommitFailed)
+	a.storage.OnCommitFailed(reserve.CommitFailed)
 	r.start("disk_reserve", reserve.Run)
-	a.ready.Set(db)
+	a.storage.Set(db)
 	a.logger.Info("TSDB open", "duration", time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -1,15 +1,12 @@
-package main
+package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // runner runs the components of `serve` and `agent` and stops them in
@@ -81,10 +78,10 @@ func (r *runner) stopAll() error {
 	return errors.Join(errs...)
 }
 
-// events are what ends or changes a running process besides its context:
-// a SIGHUP, a reload or quit asked over HTTP. A nil channel never fires.
+// events are what ends or changes a running appliance besides its
+// context: a reload or quit asked over HTTP. A nil channel never fires.
+// Signals are the binary's: it cancels the context and calls Reload.
 type events struct {
-	hup    func()            // on SIGHUP
 	reload <-chan chan error // POST /-/reload: answered with the result
 	apply  func() error      // what a reload request runs
 	quit   <-chan struct{}   // POST /-/quit
@@ -92,12 +89,9 @@ type events struct {
 	logger *slog.Logger
 }
 
-// wait blocks until ctx ends (SIGINT, SIGTERM), /-/quit, or a component
-// fails; the error is the failed component's.
+// wait blocks until ctx ends (SIGINT, SIGTERM, Stop), /-/quit, or a
+// component fails; the error is the failed component's.
 func (r *runner) wait(ctx context.Context, ev events) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for {
 		select {
 		case <-ctx.Done():
@@ -111,8 +105,6 @@ func (r *runner) wait(ctx context.Context, ev events) error {
 		case err := <-r.failed:
 			ev.ready(false)
 			return err
-		case <-hup:
-			ev.hup()
 		case rc := <-ev.reload:
 			rc <- ev.apply()
 		}

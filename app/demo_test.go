@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ func TestLogDemo(t *testing.T) {
 	var c config.GPU
 	c.Config, c.Sim = sim.DemoConfig()
 	c.Sim.Count = 9 // one past the list: idle
-	logDemo(logger, c, demoDataDir)
+	logDemo(logger, c, config.DemoDataDir)
 
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 10)

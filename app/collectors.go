@@ -1,14 +1,10 @@
-package main
+package app
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpuscope/gpuscope/config"
@@ -19,31 +15,7 @@ import (
 	"github.com/gpuscope/gpuscope/workload"
 )
 
-// This file is what `serve` and `agent` share: the node's name, the
-// process's own registry, and the collectors of the node.
-
-// resolveNodeName is --node.name, else the host name.
-func resolveNodeName(flag string) (string, error) {
-	if flag != "" {
-		return flag, nil
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("read host name (set --node.name): %w", err)
-	}
-	return h, nil
-}
-
-// newSelfRegistry holds the process's own metrics, served at /metrics.
-func newSelfRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		versioncollector.NewCollector("gpuscope"),
-	)
-	return reg
-}
+// This file is what `serve` and `agent` share: the collectors of the node.
 
 // nodeCollectors are the node's cAdvisor and GPU collectors; either is nil
 // when its config turns it off.

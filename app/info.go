@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -19,17 +19,7 @@ import (
 // This file is what the appliance says about itself: the status page's
 // lines, /api/v1/status/runtimeinfo, and the Health block's checks.
 
-var startTime = time.Now()
-
-func (a *appliance) grafanaURL() string {
-	u, err := resolveExternalURL(a.s.externalURL, a.s.nodeName, a.port())
-	if err != nil {
-		return ""
-	}
-	return u.String()
-}
-
-func (a *appliance) statusLines() []web.StatusLine {
+func (a *Appliance) statusLines() []web.StatusLine {
 	cfg := a.config.Load()
 	file := cfg.File
 	if file == "" {
@@ -38,7 +28,7 @@ func (a *appliance) statusLines() []web.StatusLine {
 	return []web.StatusLine{
 		{Name: "Version", Value: version.Version},
 		{Name: "Node", Value: a.s.nodeName},
-		{Name: "Grafana data source URL", Value: a.grafanaURL()},
+		{Name: "Grafana data source URL", Value: a.externalURL.String()},
 		{Name: "Config file", Value: file},
 		{Name: "Data directory", Value: a.s.dataDir},
 		{Name: "Scrape interval", Value: cfg.Prometheus.GlobalConfig.ScrapeInterval.String()},
@@ -50,16 +40,15 @@ func (a *appliance) statusLines() []web.StatusLine {
 // data directory, retention, port, and its own targets and containers
 // (asked over HTTP, unless the web config may require credentials the
 // appliance does not have).
-func (a *appliance) doctorChecks(ctx context.Context) []doctor.Check {
+func (a *Appliance) doctorChecks(ctx context.Context) []doctor.Check {
 	self := "http://" + a.self.Address()
-	if a.s.flags.webConfigFile != "" {
+	if a.set.WebConfigFile != "" {
 		self = ""
 	}
 	return doctor.Run(ctx, doctor.Options{
 		Config:        a.config.Load(),
 		Logger:        a.logger.With("component", "doctor"),
 		DataDir:       a.s.dataDir,
-		RetentionSize: int64(a.s.flags.retentionSize),
 		ListenAddress: a.s.listenAddress,
 		URL:           self,
 	})
@@ -67,7 +56,7 @@ func (a *appliance) doctorChecks(ctx context.Context) []doctor.Check {
 
 // healthChecks are the Health block's lines: the last checks, refreshed
 // in the background.
-func (a *appliance) healthChecks(ctx context.Context) []web.HealthCheck {
+func (a *Appliance) healthChecks(ctx context.Context) []web.HealthCheck {
 	var out []web.HealthCheck
 	for _, c := range a.health.Checks(ctx) {
 		out = append(out, web.HealthCheck{Name: c.Name, Status: c.Status, Summary: c.Summary, Hint: c.Hint})
@@ -75,13 +64,13 @@ func (a *appliance) healthChecks(ctx context.Context) []web.HealthCheck {
 	return out
 }
 
-func (a *appliance) runtimeInfo() (apiv1.RuntimeInfo, error) {
+func (a *Appliance) runtimeInfo() (apiv1.RuntimeInfo, error) {
 	cwd, _ := os.Getwd()
 	return apiv1.RuntimeInfo{
-		StartTime:           startTime,
+		StartTime:           a.started,
 		CWD:                 cwd,
 		Hostname:            a.s.nodeName,
-		ServerTime:          time.Now().UTC(),
+		ServerTime:          a.now().UTC(),
 		ReloadConfigSuccess: a.reload.lastOK.Load(),
 		LastConfigTime:      time.Unix(a.reload.lastAt.Load(), 0).UTC(),
 		GoroutineCount:      runtime.NumGoroutine(),

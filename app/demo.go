@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"log/slog"
@@ -6,11 +6,6 @@ import (
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/gpu/sim"
 )
-
-// demoDataDir is where `serve --demo` keeps its TSDB unless
-// --storage.tsdb.path is given: apart from data/, so a real appliance
-// started later in the same directory never serves the demo's fake H100s.
-const demoDataDir = "data-demo/"
 
 // logDemo says, once at start, where the demo's data goes and which
 // simulated GPU runs which scenario.
