@@ -191,6 +191,7 @@ type historyDoc struct {
 	start, step float64
 	points      int
 	charts      map[string]map[string][]float64 // chart id → legend name → data-values
+	queries     map[string][]string             // chart id → its PromQL, a line spec each
 	workloads   []string
 	tab         string
 	resultType  string
@@ -355,7 +356,7 @@ func parseHistory(doc string) (historyDoc, error) {
 	if err != nil {
 		return historyDoc{}, fmt.Errorf("parse page: %w", err)
 	}
-	d := historyDoc{charts: map[string]map[string][]float64{}, rows: map[string]string{}}
+	d := historyDoc{charts: map[string]map[string][]float64{}, queries: map[string][]string{}, rows: map[string]string{}}
 	var perr error
 	num := func(s string) float64 {
 		f, err := strconv.ParseFloat(s, 64)
@@ -384,6 +385,8 @@ func parseHistory(doc string) (historyDoc, error) {
 					vs = append(vs, num(f))
 				}
 				d.charts[chart][attr(n, "data-series")] = vs
+			case n.Data == "a" && chart != "" && hasDataQuery(n):
+				d.queries[chart] = append(d.queries[chart], textOf(n))
 			case n.Data == "li" && hasClass(n, "workload"):
 				d.workloads = append(d.workloads, attr(n, "data-workload"))
 			case n.Data == "fieldset" && attr(n, "data-panel") == "0":
@@ -417,6 +420,8 @@ func parseHistory(doc string) (historyDoc, error) {
 	walk(root, "")
 	return d, perr
 }
+
+func hasDataQuery(n *html.Node) bool { _, ok := attrOK(n, "data-query"); return ok }
 
 // alertExpr is the expression of the built-in alerting rule name, as the
 // rules API has it.
