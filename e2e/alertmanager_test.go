@@ -20,6 +20,8 @@ import (
 
 	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
 // webhookAlert and webhookMessage are what Alertmanager's webhook
@@ -108,7 +110,7 @@ type realAlertmanager struct {
 	args    []string
 	URL     string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *pkgtest.SyncBuffer
 	exited  chan struct{}
 	storage string
 }
@@ -146,7 +148,7 @@ func (am *realAlertmanager) addr() string { return strings.TrimPrefix(am.URL, "h
 func (am *realAlertmanager) start() {
 	am.t.Helper()
 	am.cmd = exec.Command(am.bin, am.args...)
-	out := &syncBuffer{}
+	out := &pkgtest.SyncBuffer{}
 	am.out = out
 	am.cmd.Stdout, am.cmd.Stderr = out, out
 	require.NoError(am.t, am.cmd.Start())

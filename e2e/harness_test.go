@@ -4,29 +4,26 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app/apptest"
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
 // binary is the gpuscope executable built once for the whole package.
@@ -80,81 +77,14 @@ type process struct {
 	cmd     *exec.Cmd
 	URL     string
 	DataDir string
-	out     *syncBuffer
+	out     *pkgtest.SyncBuffer
 	exited  chan struct{}
 	exitErr error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// logOutput logs what a process printed, for a failed test: its first
-// and last lines, a run of lines that differ only in their time= stamp
-// (cAdvisor's "closed pipe" warning at each cut scrape) written once with
-// its count, and the whole output in a file in the temporary directory.
-// CI's record keeps the head and tail of the run's output; whole dumps
-// pushed the failing assertions of the tests after the first out of it.
-func logOutput(t *testing.T, what, out string) {
-	t.Helper()
-	const head, tail = 10, 20
-	var lines []string
-	var last string
-	repeats := 0
-	flush := func() {
-		if repeats > 0 {
-			lines = append(lines, fmt.Sprintf("[the line above %d more times]", repeats))
-			repeats = 0
-		}
-	}
-	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		msg := timeStamp.ReplaceAllString(line, "")
-		if msg == last && len(lines) > 0 {
-			repeats++
-			continue
-		}
-		flush()
-		lines, last = append(lines, line), msg
-	}
-	flush()
-	program, _, _ := strings.Cut(what, " ")
-	file, err := writeTemp(strings.ReplaceAll(t.Name(), "/", "_")+"-"+program+"-*.log", out)
-	if err != nil {
-		file = fmt.Sprintf("not written: %v", err)
-	}
-	if len(lines) > head+tail {
-		left := fmt.Sprintf("[%d lines left out; the whole output: %s]", len(lines)-head-tail, file)
-		lines = append(append(lines[:head:head], left), lines[len(lines)-tail:]...)
-	}
-	t.Logf("%s output:\n%s", what, strings.Join(lines, "\n"))
-}
-
-// writeTemp writes content to a new file named after pattern (as
-// os.CreateTemp) in the temporary directory and returns its path.
-func writeTemp(pattern, content string) (string, error) {
-	f, err := os.CreateTemp("", pattern)
-	if err != nil {
-		return "", err
-	}
-	_, err = f.WriteString(content)
-	return f.Name(), errors.Join(err, f.Close())
-}
-
-// timeStamp is slog's time attribute at the start of a log line.
-var timeStamp = regexp.MustCompile(`^time=\S+ `)
+// logOutput logs what a process printed, for a failed test
+// (apptest.LogOutput).
+var logOutput = apptest.LogOutput
 
 // ports are the ports freePort handed out: the kernel may give a port
 // freed by one test to the next, and tests running in parallel must not
@@ -184,12 +114,7 @@ func freePort(t *testing.T) int {
 }
 
 // writeConfig writes a config file into dir and returns its path.
-func writeConfig(t *testing.T, dir, text string) string {
-	t.Helper()
-	p := filepath.Join(dir, "gpuscope.yml")
-	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
-	return p
-}
+var writeConfig = apptest.WriteConfig
 
 // start runs the binary with args and returns at once; the process is
 // killed at cleanup if still running.
@@ -202,7 +127,7 @@ func start(t *testing.T, args ...string) *process {
 // behind a wrapper (a shell that first joins a cgroup).
 func startCommand(t *testing.T, cmd *exec.Cmd, args []string) *process {
 	t.Helper()
-	p := &process{t: t, cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	p := &process{t: t, cmd: cmd, out: &pkgtest.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())
 	go func() {
@@ -299,62 +224,16 @@ func (p *process) signal(sig syscall.Signal) {
 	require.NoError(p.t, p.cmd.Process.Signal(sig))
 }
 
-// api is a Prometheus API client for the process, as Grafana would use it.
-func (p *process) api() promv1.API {
-	p.t.Helper()
-	c, err := api.NewClient(api.Config{Address: p.URL})
-	require.NoError(p.t, err)
-	return promv1.NewAPI(c)
+// client asks the process as Grafana and people do.
+func (p *process) client() apptest.Client { return apptest.Client{T: p.t, URL: p.URL} }
+
+func (p *process) api() promv1.API                        { return p.client().API() }
+func (p *process) instant(q string) (model.Vector, error) { return p.client().Instant(q) }
+func (p *process) queryAt(q string, ts time.Time) (model.Vector, error) {
+	return p.client().QueryAt(q, ts)
 }
+func (p *process) get(path string) (int, string)        { return p.client().Get(path) }
+func (p *process) post(path, form string) (int, string) { return p.client().Post(path, form) }
 
 // eventually polls f until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-}
-
-// instant runs an instant query and returns its vector.
-func (p *process) instant(q string) (model.Vector, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	v, _, _, err := p.api().Query(ctx, q, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("%s: result is %s, not a vector", q, v.Type())
-	}
-	return vec, nil
-}
-
-// get fetches a URL path of the process and returns status and body.
-func (p *process) get(path string) (int, string) {
-	p.t.Helper()
-	resp, err := http.Get(p.URL + path)
-	require.NoError(p.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(p.t, err)
-	return resp.StatusCode, string(b)
-}
-
-// post sends a form-encoded body to path (with its own query string, if
-// any) as Grafana does.
-func (p *process) post(path, form string) (int, string) {
-	p.t.Helper()
-	resp, err := http.Post(p.URL+path, "application/x-www-form-urlencoded", strings.NewReader(form))
-	require.NoError(p.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(p.t, err)
-	return resp.StatusCode, string(b)
-}
+var eventually = apptest.Eventually

@@ -16,9 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
 // TestPodman runs a rootful Podman with private storage and its API

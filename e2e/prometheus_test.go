@@ -29,7 +29,7 @@ import (
 func startPrometheus(t *testing.T, bin, config string, port int) string {
 	t.Helper()
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	out := &syncBuffer{}
+	out := &pkgtest.SyncBuffer{}
 	cmd := exec.Command(bin,
 		"--config.file="+config,
 		"--storage.tsdb.path="+filepath.Join(t.TempDir(), "prometheus"),

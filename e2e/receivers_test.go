@@ -130,7 +130,7 @@ func startSMTP(t *testing.T, mechanisms string) *smtpServer {
 	cmd := exec.Command(python, "testdata/smtpd.py", strconv.Itoa(port), certFile, keyFile, "gpuscope", "s3cret pass", out, mechanisms)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr syncBuffer
+	var stderr pkgtest.SyncBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

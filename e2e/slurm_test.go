@@ -16,11 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuscope/gpuscope/packaging/pkgtest"
-	"github.com/gpuscope/gpuscope/workload"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // slurmNode is the node name of the test's slurmd. Debian builds Slurm

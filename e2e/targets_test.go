@@ -17,20 +17,6 @@ import (
 )
 
 // queryAt runs an instant query at ts and returns its vector.
-func (p *process) queryAt(q string, ts time.Time) (model.Vector, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	v, _, _, err := p.api().Query(ctx, q, ts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", q, err)
-	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("%s: result is %s, not a vector", q, v.Type())
-	}
-	return vec, nil
-}
-
 // samplesByJob maps the job label of each sample to its value.
 func samplesByJob(v model.Vector) map[string]float64 {
 	m := map[string]float64{}

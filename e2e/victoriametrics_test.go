@@ -25,7 +25,7 @@ type victoriaMetrics struct {
 	URL     string
 	args    []string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *pkgtest.SyncBuffer
 	exited  chan struct{}
 	exitErr error
 }
@@ -104,7 +104,7 @@ func vmArgs(dataDir string, port int) []string {
 // /health answers.
 func startVictoriaMetrics(t *testing.T, url string, args []string) *victoriaMetrics {
 	t.Helper()
-	v := &victoriaMetrics{t: t, URL: url, args: args, out: &syncBuffer{}, exited: make(chan struct{})}
+	v := &victoriaMetrics{t: t, URL: url, args: args, out: &pkgtest.SyncBuffer{}, exited: make(chan struct{})}
 	v.cmd = exec.Command("victoria-metrics", args...)
 	v.cmd.Stdout, v.cmd.Stderr = v.out, v.out
 	// A test binary killed by go test's -timeout runs no cleanup.

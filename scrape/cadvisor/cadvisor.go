@@ -233,19 +233,14 @@ func (c *Collector) waitForRootStats(ctx context.Context, m manager.Manager) {
 }
 
 func (c *Collector) newManager(ctx context.Context) (manager.Manager, error) {
-	// cAdvisor reads its per-container housekeeping interval from a flag
-	// variable of its manager package rather than from an option; there is
-	// one cAdvisor per process, so setting it here is the supported way
-	// (the kubelet does the same through the flag). Only a change is
-	// written: a stopped manager's housekeeping goroutines end after Stop
-	// returns and still read it.
-	if *manager.HousekeepingInterval != c.interval {
-		*manager.HousekeepingInterval = c.interval
-	}
 	cfg, why := c.config.guardEndpoints(ctx)
 	c.runtimesWhy = why
-	if err := cfg.setRuntimeEndpoints(); err != nil {
+	kept, err := claimProcessWide(c.interval, cfg)
+	if err != nil {
 		return nil, err
+	}
+	if len(kept) > 0 {
+		c.logger.Warn("Another cAdvisor in this process set its process-wide settings first; they stay", "kept", strings.Join(kept, "; "))
 	}
 	maxInterval := max(60*time.Second, c.interval)
 	allowDynamic := true

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/cadvisor/lib/container"
+	"github.com/google/cadvisor/lib/manager"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -282,16 +283,36 @@ func TestRuntimeEndpoints(t *testing.T) {
 	for _, name := range []string{"docker", "podman", "containerd"} {
 		before[name] = flag.Lookup(name).Value.String()
 	}
+	processWide.Lock()
+	saved, interval := processWide.set, *manager.HousekeepingInterval
+	processWide.set = false
+	processWide.Unlock()
 	t.Cleanup(func() {
 		for name, v := range before {
 			require.NoError(t, flag.Set(name, v))
 		}
+		processWide.Lock()
+		processWide.set, *manager.HousekeepingInterval = saved, interval
+		processWide.Unlock()
 	})
 	c := Config{DockerEndpoint: "unix:///tmp/gpuscope-test/docker.sock", PodmanEndpoint: "unix:///tmp/gpuscope-test/podman.sock"}
-	require.NoError(t, c.setRuntimeEndpoints())
+	kept, err := claimProcessWide(3*time.Second, c)
+	require.NoError(t, err)
+	require.Empty(t, kept, "the first collector of the process sets them")
 	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", flag.Lookup("docker").Value.String())
 	require.Equal(t, "unix:///tmp/gpuscope-test/podman.sock", flag.Lookup("podman").Value.String())
 	require.Equal(t, before["containerd"], flag.Lookup("containerd").Value.String())
+	require.Equal(t, 3*time.Second, *manager.HousekeepingInterval)
+
+	// A second collector with other values keeps the first's, and is told.
+	kept, err = claimProcessWide(time.Second, Config{DockerEndpoint: "unix:///tmp/other/docker.sock", PodmanEndpoint: c.PodmanEndpoint})
+	require.NoError(t, err)
+	require.Equal(t, []string{"housekeeping interval 3s (not 1s)", "docker endpoint unix:///tmp/gpuscope-test/docker.sock (not unix:///tmp/other/docker.sock)"}, kept)
+	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", flag.Lookup("docker").Value.String())
+	require.Equal(t, 3*time.Second, *manager.HousekeepingInterval)
+	kept, err = claimProcessWide(3*time.Second, c)
+	require.NoError(t, err)
+	require.Empty(t, kept, "the same values: nothing to say")
 }
 
 // TestInvalidUTF8CgroupKeepsEveryContainer: a cgroup whose name is not

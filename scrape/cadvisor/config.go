@@ -4,7 +4,6 @@
 package cadvisor
 
 import (
-	"flag"
 	"fmt"
 	"net/url"
 	"slices"
@@ -137,26 +136,6 @@ func checkEndpoint(key, endpoint, example string, schemes ...string) error {
 	}
 	if u.Scheme == "tcp" && u.Host == "" {
 		return fmt.Errorf("%s: %q names no host:port (e.g. tcp://127.0.0.1:2375)", key, endpoint)
-	}
-	return nil
-}
-
-// setRuntimeEndpoints points cAdvisor's runtime clients at the configured
-// sockets. cAdvisor reads them from flags of its runtime packages, not
-// from options, and each client dials once per process, so they are set
-// before the manager (and so the clients) exist.
-func (c Config) setRuntimeEndpoints() error {
-	for _, f := range []struct{ flag, value string }{
-		{"docker", c.DockerEndpoint},
-		{"podman", c.PodmanEndpoint},
-		{"containerd", c.ContainerdEndpoint},
-	} {
-		if f.value == "" {
-			continue // not from a config file (a test's zero Config): cAdvisor's default
-		}
-		if err := flag.CommandLine.Set(f.flag, f.value); err != nil {
-			return fmt.Errorf("set cAdvisor's --%s endpoint: %w", f.flag, err)
-		}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app"
 )
 
 // TestServeSimGPUs: the sim backend's series reach PromQL through the
@@ -30,7 +32,7 @@ gpu:
       - {scenario: input-bound, container: %s}
       - {scenario: idle}
 `, container))
-	p := serve(t, "", "--config.file="+cfg)
+	p := serve(t, "", configFile(cfg))
 
 	eventually(t, 30*time.Second, "per-GPU framebuffer ratio for every GPU", func() error {
 		v, err := p.instant(`DCGM_FI_DEV_FB_USED / DCGM_FI_DEV_FB_TOTAL`)
@@ -95,7 +97,7 @@ gpu:
 func TestServeWithoutDriver(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	p := serve(t, "", "--config.file="+writeConfig(t, dir, fastConfig), "--gpu.backend=auto")
+	p := serve(t, "", configFile(writeConfig(t, dir, fastConfig)), with(func(s *app.Settings) { s.GPUBackend = "auto" }))
 	eventually(t, 30*time.Second, "gpuscope_gpu_collector_up 0, other jobs up", func() error {
 		v, err := p.instant(`gpuscope_gpu_collector_up`)
 		if err != nil {

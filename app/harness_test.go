@@ -1,0 +1,92 @@
+package app_test
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuscope/gpuscope/app"
+	"github.com/gpuscope/gpuscope/app/apptest"
+	"github.com/gpuscope/gpuscope/packaging/pkgtest"
+)
+
+// The tests in this package run the wired appliance and agent in process
+// (app.New, Run, Reload, Stop), under the race detector in CI: what the
+// e2e package tested through a compiled binary and needs no separate
+// process, runtime or neighbour. They keep the e2e tests' assertions and
+// helpers' names: a process here is an appliance in this process.
+
+// defaultParallel is how many parallel tests run at once when the command
+// line does not say: they wait on scrape and rule intervals more than on
+// the CPU.
+const defaultParallel = "6"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", defaultParallel); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	// cAdvisor logs through klog, process-wide, as the binary sets it;
+	// its lines are of no test's concern.
+	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
+	os.Exit(m.Run())
+}
+
+// process is an appliance running in this process, with e2e's names.
+type process struct {
+	*apptest.Appliance
+	t   *testing.T
+	out *pkgtest.SyncBuffer
+}
+
+// serve runs an appliance with dataDir (a temporary one if empty) and
+// returns once it is ready.
+func serve(t *testing.T, dataDir string, opts ...apptest.Option) *process {
+	t.Helper()
+	a := apptest.Serve(t, dataDir, opts...)
+	return &process{Appliance: a, t: t, out: a.Log}
+}
+
+// configFile, demo and with are serve's settings: --config.file, --demo
+// and any other.
+func configFile(path string) apptest.Option { return apptest.ConfigFile(path) }
+
+func with(f func(*app.Settings)) apptest.Option { return apptest.Settings(f) }
+
+var demo = with(func(s *app.Settings) { s.Demo = true })
+
+func (p *process) api() promv1.API                        { return p.Client.API() }
+func (p *process) instant(q string) (model.Vector, error) { return p.Client.Instant(q) }
+func (p *process) queryAt(q string, ts time.Time) (model.Vector, error) {
+	return p.Client.QueryAt(q, ts)
+}
+func (p *process) get(path string) (int, string)        { return p.Client.Get(path) }
+func (p *process) post(path, form string) (int, string) { return p.Client.Post(path, form) }
+
+// reload is SIGHUP: the config file read again and applied.
+func (p *process) reload() error { return p.Reload() }
+
+var (
+	eventually  = apptest.Eventually
+	writeConfig = apptest.WriteConfig
+)
+
+// fastConfig scrapes and evaluates every second: for the tests whose
+// subject is a scrape or a rule's timing.
+const fastConfig = `
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+`
