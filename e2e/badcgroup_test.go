@@ -42,7 +42,7 @@ func TestServeInvalidUTF8Cgroup(t *testing.T) {
 	proc := exec.Command("/bin/sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec sleep 600")
 	require.NoError(t, proc.Start())
 	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
-	for _, d := range cg.dirs {
+	for _, d := range cg.Dirs {
 		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0o644))
 	}
 

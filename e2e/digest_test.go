@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/digest"
 )
 
@@ -36,11 +37,11 @@ func TestUsageDigestEmail(t *testing.T) {
 	base := fmt.Sprintf("gpuscope-e2e-digest-%d", n)
 	var pids []int
 	for _, uid := range []uint32{1000, 1001} {
-		var session *testCgroup
+		var session *apptest.Cgroup
 		for _, d := range []string{"", "/user.slice", fmt.Sprintf("/user.slice/user-%d.slice", uid), fmt.Sprintf("/user.slice/user-%d.slice/session-%d.scope", uid, n)} {
 			session = newCgroup(t, base+d)
 		}
-		pids = append(pids, session.runAs(t, uid, "sleep", "600"))
+		pids = append(pids, session.RunAs(t, uid, "sleep", "600"))
 	}
 	passwd := filepath.Join(t.TempDir(), "passwd")
 	require.NoError(t, os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\nbob:x:1001:1001::/home/bob:/bin/sh\n"), 0o644))

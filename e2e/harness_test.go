@@ -237,3 +237,13 @@ func (p *process) post(path, form string) (int, string) { return p.client().Post
 
 // eventually polls f until it returns nil or timeout passes.
 var eventually = apptest.Eventually
+
+// The cgroups tests make, and the CPU weight that lets a burner have its
+// CPU on a busy machine (apptest's).
+var (
+	newCgroup          = apptest.NewCgroup
+	favourCPU          = apptest.FavourCPU
+	favourContainerCPU = apptest.FavourContainerCPU
+)
+
+const cgroupRoot = apptest.CgroupRoot

@@ -22,6 +22,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
 // overloadConfig scrapes the built-in jobs every second; rules keep their
@@ -294,7 +296,7 @@ func newAppCgroup(t *testing.T, name string, memoryLimit int64) *appCgroup {
 			t.Skipf("kernel refused the memory limit of %s: %v", d, err)
 		}
 		if cpuErr == nil {
-			cpuErr = os.WriteFile(filepath.Join(d, "cpu.weight"), []byte(cpuWeights["cpu.weight"]), 0o644)
+			cpuErr = os.WriteFile(filepath.Join(d, "cpu.weight"), []byte(apptest.CPUWeights["cpu.weight"]), 0o644)
 		}
 		if cpuErr != nil {
 			t.Logf("no CPU weight for %s: %v", d, cpuErr)
@@ -306,7 +308,7 @@ func newAppCgroup(t *testing.T, name string, memoryLimit int64) *appCgroup {
 		value                 string
 	}{
 		{"memory", "memory.limit_in_bytes", strconv.FormatInt(memoryLimit, 10)},
-		{"cpu", "cpu.shares", cpuWeights["cpu.shares"]},
+		{"cpu", "cpu.shares", apptest.CPUWeights["cpu.shares"]},
 	} {
 		mount := filepath.Join(cgroupRoot, c.controller)
 		parent := mount
@@ -453,7 +455,7 @@ func newCPUCgroup(t *testing.T, name string) *appCgroup {
 		return nil
 	}
 	t.Cleanup(func() { removeCgroup(t, d) })
-	if err := os.WriteFile(filepath.Join(d, file), []byte(cpuWeights[file]), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d, file), []byte(apptest.CPUWeights[file]), 0o644); err != nil {
 		t.Logf("no CPU weight for %s: %v", d, err)
 		return nil
 	}

@@ -38,7 +38,7 @@ func TestServeContainerCPU(t *testing.T) {
 	dir := t.TempDir()
 	p := serveFavoured(t, "--config.file="+writeConfig(t, dir, fastConfig))
 
-	burner := cg.burn(t)
+	burner := cg.Burn(t)
 	rateQuery := fmt.Sprintf(`rate(container_cpu_usage_seconds_total{id=%q}[10s])`, cg.ID)
 	eventually(t, 60*time.Second, "burner's CPU rate near one core", func() error {
 		v, err := p.instant(rateQuery)
@@ -69,7 +69,7 @@ func TestServeContainerCPU(t *testing.T) {
 	// at "now") within a few scrape intervals.
 	require.NoError(t, burner.Process.Kill())
 	_, _ = burner.Process.Wait()
-	cg.remove()
+	cg.Remove()
 	eventually(t, 30*time.Second, "series of the removed cgroup stale", func() error {
 		v, err := p.instant(fmt.Sprintf(`container_cpu_usage_seconds_total{id=%q}`, cg.ID))
 		if err != nil {

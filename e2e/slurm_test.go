@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 	"github.com/gpuscope/gpuscope/workload"
 )
@@ -172,7 +173,7 @@ func TestSlurmAbsent(t *testing.T) {
 	t.Parallel()
 	base := fmt.Sprintf("gpuscope-e2e-noslurm-%d", rand.IntN(1e6))
 	plain := newCgroup(t, base)
-	var step *testCgroup
+	var step *apptest.Cgroup
 	for _, sub := range []string{"/uid_1000", "/uid_1000/job_42", "/uid_1000/job_42/step_0"} {
 		step = newCgroup(t, base+sub)
 	}

@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/gpu"
 )
 
@@ -35,7 +32,7 @@ func TestUserSessions(t *testing.T) {
 	t.Parallel()
 	n := rand.IntN(1e6)
 	base := fmt.Sprintf("gpuscope-e2e-users-%d", n)
-	var session, jupyter *testCgroup
+	var session, jupyter *apptest.Cgroup
 	for _, d := range []string{"", "/user.slice", "/user.slice/user-1000.slice", "/user.slice/user-1000.slice/session-" + strconv.Itoa(n) + ".scope"} {
 		session = newCgroup(t, base+d)
 	}
@@ -43,7 +40,7 @@ func TestUserSessions(t *testing.T) {
 		"/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter-" + strconv.Itoa(n) + ".service"} {
 		jupyter = newCgroup(t, base+d)
 	}
-	pid := session.runAs(t, 1000, "sleep", "600")
+	pid := session.RunAs(t, 1000, "sleep", "600")
 
 	const node = "node-u"
 	agent := startAgent(t, node, writeConfig(t, t.TempDir(), fmt.Sprintf(`
@@ -135,18 +132,4 @@ nodes:
 	require.Equal(t, http.StatusNotFound, code, body)
 	require.Contains(t, body, `"errorType":"not_found"`)
 	require.Contains(t, body, `\"nosuch\" is neither this appliance's node`)
-}
-
-// runAs starts a command as uid in the cgroup; it is killed when the test
-// ends. It returns the process's pid.
-func (cg *testCgroup) runAs(t *testing.T, uid uint32, name string, args ...string) int {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}, Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	for _, d := range cg.dirs {
-		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644), "move %d into %s", cmd.Process.Pid, d)
-	}
-	return cmd.Process.Pid
 }

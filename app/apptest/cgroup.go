@@ -1,4 +1,4 @@
-package e2e
+package apptest
 
 import (
 	"errors"
@@ -8,37 +8,40 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
-const cgroupRoot = "/sys/fs/cgroup"
+// CgroupRoot is where the cgroup filesystems are mounted.
+const CgroupRoot = "/sys/fs/cgroup"
 
-// testCgroup is a cgroup this test made, in the hierarchies cAdvisor reads
+// Cgroup is a cgroup this test made, in the hierarchies cAdvisor reads
 // CPU and memory from (cgroup v1) or in the unified hierarchy (v2).
-type testCgroup struct {
+type Cgroup struct {
 	// ID is the container id cAdvisor gives it: its path below the
 	// hierarchy root.
 	ID   string
-	dirs []string
+	Dirs []string
 }
 
-// newCgroup creates /<name> or skips the test when the kernel refuses
+// NewCgroup creates /<name> or skips the test when the kernel refuses
 // (not root, read-only cgroupfs).
-func newCgroup(t *testing.T, name string) *testCgroup {
+func NewCgroup(t testing.TB, name string) *Cgroup {
 	t.Helper()
 	var st unix.Statfs_t
-	if err := unix.Statfs(cgroupRoot, &st); err != nil {
-		t.Skipf("no cgroup filesystem at %s: %v", cgroupRoot, err)
+	if err := unix.Statfs(CgroupRoot, &st); err != nil {
+		t.Skipf("no cgroup filesystem at %s: %v", CgroupRoot, err)
 	}
 	var bases []string
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
-		bases = []string{cgroupRoot}
+		bases = []string{CgroupRoot}
 	} else {
 		for _, c := range []string{"cpu", "cpuacct", "cpu,cpuacct", "memory"} {
-			p := filepath.Join(cgroupRoot, c)
+			p := filepath.Join(CgroupRoot, c)
 			var cst unix.Statfs_t
 			if unix.Statfs(p, &cst) == nil && cst.Type == unix.CGROUP_SUPER_MAGIC {
 				// cpu and cpuacct may be one hierarchy under two names.
@@ -52,33 +55,33 @@ func newCgroup(t *testing.T, name string) *testCgroup {
 	if len(bases) == 0 {
 		t.Skip("no cpu/cpuacct cgroup hierarchy found")
 	}
-	cg := &testCgroup{ID: "/" + name}
+	cg := &Cgroup{ID: "/" + name}
 	for _, b := range bases {
 		d := filepath.Join(b, name)
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			cg.remove()
+			cg.Remove()
 			t.Skipf("kernel refused to create cgroup %s (tests need root): %v", d, err)
 		}
-		cg.dirs = append(cg.dirs, d)
+		cg.Dirs = append(cg.Dirs, d)
 	}
-	t.Cleanup(cg.remove)
-	favourCPU(t, cg.dirs...)
+	t.Cleanup(cg.Remove)
+	FavourCPU(t, cg.Dirs...)
 	return cg
 }
 
-// cpuWeights are the files that give a cgroup ten times the default CPU
+// CPUWeights are the files that give a cgroup ten times the default CPU
 // weight: cgroup v1's cpu.shares and v2's cpu.weight.
-var cpuWeights = map[string]string{"cpu.shares": "10240", "cpu.weight": "1000"}
+var CPUWeights = map[string]string{"cpu.shares": "10240", "cpu.weight": "1000"}
 
-// favourCPU gives the cgroups in dirs ten times the default CPU weight
+// FavourCPU gives the cgroups in dirs ten times the default CPU weight
 // where the kernel offers one, so that a busy CI machine (other tests
 // running in parallel, other builds) does not decide whether a process
 // that must burn CPU gets it. Without a weight the test goes on: it only
 // runs with less margin.
-func favourCPU(t *testing.T, dirs ...string) {
+func FavourCPU(t testing.TB, dirs ...string) {
 	t.Helper()
 	for _, d := range dirs {
-		for file, v := range cpuWeights {
+		for file, v := range CPUWeights {
 			p := filepath.Join(d, file)
 			if _, err := os.Stat(p); err != nil {
 				continue
@@ -90,17 +93,17 @@ func favourCPU(t *testing.T, dirs ...string) {
 	}
 }
 
-// favourContainerCPU is favourCPU for the cgroup of container id that
+// FavourContainerCPU is FavourCPU for the cgroup of container id that
 // gpuscope created (the sim's CPU burner): it waits until the cgroup
 // exists in the hierarchy that holds its CPU limit.
-func favourContainerCPU(t *testing.T, id string) {
+func FavourContainerCPU(t testing.TB, id string) {
 	t.Helper()
 	var dirs []string
-	eventually(t, 30*time.Second, "cgroup of container "+id+" created", func() error {
+	Eventually(t, 30*time.Second, "cgroup of container "+id+" created", func() error {
 		dirs = nil
 		for _, h := range []string{"", "cpu", "cpu,cpuacct"} {
-			d := filepath.Join(cgroupRoot, h, id)
-			for file := range cpuWeights {
+			d := filepath.Join(CgroupRoot, h, id)
+			for file := range CPUWeights {
 				if _, err := os.Stat(filepath.Join(d, file)); err == nil {
 					dirs = append(dirs, d)
 					break
@@ -108,22 +111,22 @@ func favourContainerCPU(t *testing.T, id string) {
 			}
 		}
 		if len(dirs) == 0 {
-			return fmt.Errorf("no cpu.shares or cpu.weight for %s below %s", id, cgroupRoot)
+			return fmt.Errorf("no cpu.shares or cpu.weight for %s below %s", id, CgroupRoot)
 		}
 		return nil
 	})
-	favourCPU(t, dirs...)
+	FavourCPU(t, dirs...)
 }
 
-// burn starts a busy-loop child in the cgroup and returns it.
-func (cg *testCgroup) burn(t *testing.T) *exec.Cmd {
+// Burn starts a busy-loop child in the cgroup and returns it.
+func (cg *Cgroup) Burn(t testing.TB) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start CPU burner: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	for _, d := range cg.dirs {
+	for _, d := range cg.Dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			t.Fatalf("move burner into %s: %v", d, err)
 		}
@@ -131,10 +134,10 @@ func (cg *testCgroup) burn(t *testing.T) *exec.Cmd {
 	return cmd
 }
 
-// remove deletes the cgroup; the kernel refuses while tasks remain, so it
+// Remove deletes the cgroup; the kernel refuses while tasks remain, so it
 // retries briefly after the burner was killed.
-func (cg *testCgroup) remove() {
-	for _, d := range cg.dirs {
+func (cg *Cgroup) Remove() {
+	for _, d := range cg.Dirs {
 		for i := 0; i < 50; i++ {
 			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
 				break
@@ -142,7 +145,21 @@ func (cg *testCgroup) remove() {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	cg.dirs = nil
+	cg.Dirs = nil
 }
 
-func (cg *testCgroup) String() string { return fmt.Sprintf("cgroup %s in %v", cg.ID, cg.dirs) }
+func (cg *Cgroup) String() string { return fmt.Sprintf("cgroup %s in %v", cg.ID, cg.Dirs) }
+
+// RunAs starts a command as uid in the cgroup; it is killed when the test
+// ends. It returns the process's pid.
+func (cg *Cgroup) RunAs(t testing.TB, uid uint32, name string, args ...string) int {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	for _, d := range cg.Dirs {
+		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644), "move %d into %s", cmd.Process.Pid, d)
+	}
+	return cmd.Process.Pid
+}
