@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,11 +45,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// process is an appliance running in this process, with e2e's names.
+// process is an appliance or an agent running in this process, with
+// e2e's names.
 type process struct {
-	*apptest.Appliance
-	t   *testing.T
-	out *pkgtest.SyncBuffer
+	apptest.Client
+	app     *apptest.Appliance // nil for an agent
+	agent   *apptest.Agent     // nil for an appliance
+	t       *testing.T
+	out     *pkgtest.SyncBuffer
+	DataDir string
 }
 
 // serve runs an appliance with dataDir (a temporary one if empty) and
@@ -56,8 +61,18 @@ type process struct {
 func serve(t *testing.T, dataDir string, opts ...apptest.Option) *process {
 	t.Helper()
 	a := apptest.Serve(t, dataDir, opts...)
-	return &process{Appliance: a, t: t, out: a.Log}
+	return &process{Client: a.Client, app: a, t: t, out: a.Log, DataDir: a.DataDir}
 }
+
+// startAgent runs `gpuscope agent --gpu.backend=sim` as node name with
+// the config file cfg, and returns once it serves.
+func startAgent(t *testing.T, name, cfg string) *process {
+	t.Helper()
+	a := apptest.ServeAgent(t, name, cfg, func(s *app.AgentSettings) { s.GPUBackend = "sim" })
+	return &process{Client: a.Client, agent: a, t: t, out: a.Log}
+}
+
+func (p *process) addr() string { return strings.TrimPrefix(p.URL, "http://") }
 
 // configFile, demo and with are serve's settings: --config.file, --demo
 // and any other.
@@ -76,7 +91,12 @@ func (p *process) get(path string) (int, string)        { return p.Client.Get(pa
 func (p *process) post(path, form string) (int, string) { return p.Client.Post(path, form) }
 
 // reload is SIGHUP: the config file read again and applied.
-func (p *process) reload() error { return p.Reload() }
+func (p *process) reload() error {
+	if p.agent != nil {
+		return p.agent.Reload()
+	}
+	return p.app.Reload()
+}
 
 var (
 	eventually  = apptest.Eventually
@@ -90,3 +110,36 @@ global:
   scrape_interval: 1s
   evaluation_interval: 1s
 `
+
+// The cgroups tests make, and the CPU weight that lets a burner have its
+// CPU on a busy machine.
+var (
+	newCgroup          = apptest.NewCgroup
+	favourCPU          = apptest.FavourCPU
+	favourContainerCPU = apptest.FavourContainerCPU
+)
+
+const cgroupRoot = apptest.CgroupRoot
+
+// The webhook receiver the alert tests listen with.
+type (
+	webhook        = apptest.Webhook
+	webhookMessage = apptest.WebhookMessage
+	webhookAlert   = apptest.WebhookAlert
+)
+
+var (
+	newWebhook    = apptest.NewWebhook
+	passwdFixture = apptest.PasswdFixture
+)
+
+// freePort is a loopback port nothing listens on.
+func freePort(t *testing.T) int { return pkgtest.FreePort(t) }
+
+// reportRun is the part of /api/v1/workloads' rows these tests read.
+type reportRun = apptest.ReportRun
+
+// reportAPI asks p's /api/v1/workloads for the runs between start and end.
+func reportAPI(t *testing.T, p *process, start, end time.Time) []reportRun {
+	return p.Report(start, end)
+}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/url"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -19,29 +18,13 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
-// reportRun is the part of /api/v1/workloads' rows (accounting.Run) these
-// tests read.
-type reportRun struct {
-	Workload        string     `json:"workload"`
-	Runtime         string     `json:"runtime"`
-	Image           string     `json:"image"`
-	Instance        string     `json:"instance"`
-	ID              string     `json:"id"`
-	Start           time.Time  `json:"start"`
-	End             *time.Time `json:"end"`
-	Running         bool       `json:"running"`
-	DurationSeconds float64    `json:"duration_seconds"`
-	GPUs            []string   `json:"gpus"`
-	GPUHours        float64    `json:"gpu_hours"`
-	EnergyKWh       *float64   `json:"energy_kwh"`
-	CPUCoreSeconds  float64    `json:"cpu_core_seconds"`
-	XIDErrors       int        `json:"xid_errors"`
-	Alerts          []string   `json:"alerts"`
-}
+// reportRun is the part of /api/v1/workloads' rows these tests read.
+type reportRun = apptest.ReportRun
 
 // workloadsCLI runs `gpuscope workloads args...` and returns its stdout,
 // stderr and exit code.
@@ -63,19 +46,7 @@ func workloadsCLI(t *testing.T, args ...string) (stdout, stderr string, code int
 
 // reportAPI asks p's /api/v1/workloads for the runs between start and end.
 func reportAPI(t *testing.T, p *process, start, end time.Time) []reportRun {
-	t.Helper()
-	q := url.Values{}
-	q.Set("start", strconv.FormatInt(start.Unix(), 10))
-	q.Set("end", strconv.FormatInt(end.Unix(), 10))
-	code, body := p.get("/api/v1/workloads?" + q.Encode())
-	require.Equal(t, 200, code, body)
-	var env struct {
-		Status string      `json:"status"`
-		Data   []reportRun `json:"data"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(body), &env), body)
-	require.Equal(t, "success", env.Status, body)
-	return env.Data
+	return p.client().Report(start, end)
 }
 
 // figures are a run's integrated accounting figures as PromQL gives them.

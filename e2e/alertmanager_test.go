@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,87 +19,18 @@ import (
 	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
-// webhookAlert and webhookMessage are what Alertmanager's webhook
-// receiver posts (its notify/webhook.Message, version 4).
-type webhookAlert struct {
-	Status      string            `json:"status"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
-	StartsAt    time.Time         `json:"startsAt"`
-	Fingerprint string            `json:"fingerprint"`
-}
+// The webhook receiver the alert tests listen with (apptest's).
+type (
+	webhook        = apptest.Webhook
+	webhookMessage = apptest.WebhookMessage
+	webhookAlert   = apptest.WebhookAlert
+)
 
-type webhookMessage struct {
-	Version      string            `json:"version"`
-	Receiver     string            `json:"receiver"`
-	Status       string            `json:"status"`
-	GroupKey     string            `json:"groupKey"`
-	GroupLabels  map[string]string `json:"groupLabels"`
-	CommonLabels map[string]string `json:"commonLabels"`
-	Alerts       []webhookAlert    `json:"alerts"`
-
-	received time.Time
-}
-
-// webhook is a receiver Alertmanager notifies: it keeps each message.
-type webhook struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	msgs []webhookMessage
-	errs []error
-}
-
-func newWebhook(t *testing.T) *webhook {
-	t.Helper()
-	w := &webhook{}
-	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var m webhookMessage
-		err := json.NewDecoder(r.Body).Decode(&m)
-		m.received = time.Now()
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if err != nil {
-			w.errs = append(w.errs, err)
-			http.Error(rw, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.msgs = append(w.msgs, m)
-	}))
-	t.Cleanup(w.srv.Close)
-	return w
-}
-
-// messages returns the messages for the group of alertname received
-// after since, and any decoding error so far.
-func (w *webhook) messages(alertname string, since time.Time) ([]webhookMessage, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.errs) > 0 {
-		return nil, fmt.Errorf("webhook could not decode: %v", w.errs)
-	}
-	var out []webhookMessage
-	for _, m := range w.msgs {
-		if m.GroupLabels["alertname"] == alertname && m.received.After(since) {
-			out = append(out, m)
-		}
-	}
-	return out, nil
-}
-
-// alertnames returns the group alert names of every message so far.
-func (w *webhook) alertnames() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var names []string
-	for _, m := range w.msgs {
-		names = append(names, m.GroupLabels["alertname"])
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
+var newWebhook = apptest.NewWebhook
 
 // realAlertmanager is a running Alertmanager built from ../tools.
 type realAlertmanager struct {
@@ -300,7 +229,7 @@ receivers:
     webhook_configs: [{url: %q}]
   - name: others
     webhook_configs: [{url: %q}]
-`, critical.srv.URL, others.srv.URL))
+`, critical.URL(), others.URL()))
 	started := time.Now()
 	serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), amGPUScopeConfig(am, "memory-bound", "memory-bound", "thermal")),
 		"--rules.alert.resend-delay=2s")
@@ -309,7 +238,7 @@ receivers:
 	// one group, to the critical receiver.
 	var full webhookMessage
 	eventually(t, 120*time.Second, "GPUMemoryAlmostFull of GPUs 0 and 1 in one notification to the critical receiver", func() error {
-		msgs, err := critical.messages("GPUMemoryAlmostFull", time.Time{})
+		msgs, err := critical.Messages("GPUMemoryAlmostFull", time.Time{})
 		if err != nil {
 			return err
 		}
@@ -337,7 +266,7 @@ receivers:
 	// Thermal: GPUSMUtilizationHigh (warning) for GPU 2, to the other
 	// receiver.
 	eventually(t, 60*time.Second, "GPUSMUtilizationHigh of GPU 2 to the others receiver", func() error {
-		msgs, err := others.messages("GPUSMUtilizationHigh", time.Time{})
+		msgs, err := others.Messages("GPUSMUtilizationHigh", time.Time{})
 		if err != nil {
 			return err
 		}
@@ -346,15 +275,15 @@ receivers:
 		}
 		return nil
 	})
-	busy, err := others.messages("GPUSMUtilizationHigh", time.Time{})
+	busy, err := others.Messages("GPUSMUtilizationHigh", time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, "others", busy[0].Receiver)
 	require.Len(t, busy[0].Alerts, 1)
 	require.Equal(t, "2", busy[0].Alerts[0].Labels["gpu"])
 	checkGPUScopeAlert(t, busy[0].Alerts[0], "warning")
 	// Routing: no alert reached the wrong receiver.
-	require.NotContains(t, others.alertnames(), "GPUMemoryAlmostFull")
-	require.NotContains(t, critical.alertnames(), "GPUSMUtilizationHigh")
+	require.NotContains(t, others.Alertnames(), "GPUMemoryAlmostFull")
+	require.NotContains(t, critical.Alertnames(), "GPUSMUtilizationHigh")
 
 	// Alertmanager's own view: the alerts are active, with gpuscope's
 	// generator URL.
@@ -390,7 +319,7 @@ receivers:
 	// (repeat_interval 3s) and the silenced one not at all, though
 	// gpuscope keeps sending it and it is still firing.
 	eventually(t, 30*time.Second, "GPUMemoryAlmostFull notified again after the silence", func() error {
-		msgs, err := critical.messages("GPUMemoryAlmostFull", silenced)
+		msgs, err := critical.Messages("GPUMemoryAlmostFull", silenced)
 		if err != nil {
 			return err
 		}
@@ -399,14 +328,14 @@ receivers:
 		}
 		return nil
 	})
-	after, err := others.messages("GPUSMUtilizationHigh", silenced)
+	after, err := others.Messages("GPUSMUtilizationHigh", silenced)
 	require.NoError(t, err)
 	require.Empty(t, after, "silenced alert notified")
 	active, err = am.alerts()
 	require.NoError(t, err)
 	require.Len(t, active["GPUSMUtilizationHigh"], 1, "still sent by gpuscope")
 	require.Equal(t, "suppressed", *active["GPUSMUtilizationHigh"][0].Status.State)
-	before, err := others.messages("GPUSMUtilizationHigh", time.Time{})
+	before, err := others.Messages("GPUSMUtilizationHigh", time.Time{})
 	require.NoError(t, err)
 	t.Logf("GPUSMUtilizationHigh: %d notifications before the silence, none in the %s after; GPUMemoryAlmostFull notified on",
 		len(before), time.Since(silenced).Round(time.Second))
@@ -433,7 +362,7 @@ route:
 receivers:
   - name: hook
     webhook_configs: [{url: %q}]
-`, hook.srv.URL))
+`, hook.URL()))
 	started := time.Now()
 	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), amGPUScopeConfig(am, "memory-bound", "thermal")),
 		"--rules.alert.resend-delay=2s")
@@ -443,7 +372,7 @@ receivers:
 	firstAlerts := []string{"GPUSMUtilizationHigh", "GPUMemoryAlmostFull"}
 	eventually(t, 120*time.Second, "first alerts delivered", func() error {
 		for _, name := range firstAlerts {
-			msgs, err := hook.messages(name, time.Time{})
+			msgs, err := hook.Messages(name, time.Time{})
 			if err != nil {
 				return err
 			}
@@ -514,7 +443,7 @@ receivers:
 	})
 	t.Logf("all firing alerts back %s after the restart", time.Since(restarted).Round(100*time.Millisecond))
 	eventually(t, 30*time.Second, "GPUTemperatureHigh, fired while Alertmanager was down, delivered", func() error {
-		msgs, err := hook.messages("GPUTemperatureHigh", restarted)
+		msgs, err := hook.Messages("GPUTemperatureHigh", restarted)
 		if err != nil {
 			return err
 		}
@@ -523,7 +452,7 @@ receivers:
 		}
 		return nil
 	})
-	msgs, err := hook.messages("GPUTemperatureHigh", time.Time{})
+	msgs, err := hook.Messages("GPUTemperatureHigh", time.Time{})
 	require.NoError(t, err)
 	hot := msgs[0].Alerts[0]
 	checkGPUScopeAlert(t, hot, "warning")

@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
@@ -35,14 +34,7 @@ workloads:
   passwd_file: %s
 `
 
-// passwdFixture is a host passwd naming uid 1000 alice, written for the
-// test: less invasive than useradd on the machine.
-func passwdFixture(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "passwd")
-	require.NoError(t, os.WriteFile(p, []byte("root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000:Alice:/home/alice:/bin/sh\n"), 0o644))
-	return p
-}
+var passwdFixture = apptest.PasswdFixture
 
 // TestGPUJoinDocker: GPU use joined to a real Docker container. A
 // simulated GPU is given the pid of a busybox container's process (as

@@ -235,6 +235,8 @@ func (p *process) queryAt(q string, ts time.Time) (model.Vector, error) {
 func (p *process) get(path string) (int, string)        { return p.client().Get(path) }
 func (p *process) post(path, form string) (int, string) { return p.client().Post(path, form) }
 
+func apiFiring(p *process, alertname, gpu string) error { return p.client().Firing(alertname, gpu) }
+
 // eventually polls f until it returns nil or timeout passes.
 var eventually = apptest.Eventually
 

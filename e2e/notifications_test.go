@@ -102,7 +102,7 @@ func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
       webhook_configs: [{url: %q}]
     - name: down
       webhook_configs: [{url: %q}]
-`, hook.srv.URL, down.URL), "memory-bound", "memory-bound", "thermal"))
+`, hook.URL(), down.URL), "memory-bound", "memory-bound", "thermal"))
 	started := time.Now()
 	p := serve(t, "", "--config.file="+cfg, "--rules.alert.resend-delay=2s")
 
@@ -120,7 +120,7 @@ func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
 	// name), one notification after the default route's group_wait.
 	var full webhookMessage
 	eventually(t, 150*time.Second, "GPUMemoryAlmostFull of GPUs 0 and 1 in one notification", func() error {
-		msgs, err := hook.messages("GPUMemoryAlmostFull", time.Time{})
+		msgs, err := hook.Messages("GPUMemoryAlmostFull", time.Time{})
 		if err != nil {
 			return err
 		}
@@ -164,7 +164,7 @@ func TestEmbeddedAlertmanagerWebhook(t *testing.T) {
 	require.Contains(t, page, `<li class="silence" data-silence="`+id+`"><code>alertname=&#34;GPUTemperatureHigh&#34;</code> by <b>e2e</b>`)
 	require.Contains(t, page, `data-alertname="GPUTemperatureHigh" data-suppressed="silenced"><b>GPUTemperatureHigh</b> · node e2e-node, GPU 2 <span class="state">silenced</span> by silence `+id+` of e2e</li>`)
 	time.Sleep(35 * time.Second) // past the group's first flush (group_wait 30s)
-	require.NotContains(t, hook.alertnames(), "GPUTemperatureHigh", "a silenced alert was sent")
+	require.NotContains(t, hook.Alertnames(), "GPUTemperatureHigh", "a silenced alert was sent")
 	require.NotContains(t, amtool(t, p.URL, "alert", "query"), "GPUTemperatureHigh", "amtool lists active alerts only")
 
 	// Expired, the silence no longer holds the alert.
@@ -247,7 +247,7 @@ func TestEmbeddedAlertmanagerSurvivesKill9(t *testing.T) {
   receivers:
     - name: hook
       webhook_configs: [{url: %q}]
-`, hook.srv.URL), "memory-bound", "thermal")+fmt.Sprintf(`
+`, hook.URL()), "memory-bound", "thermal")+fmt.Sprintf(`
 scrape_configs:
   - job_name: e2e-target
     static_configs: [{targets: [%q]}]
@@ -259,7 +259,7 @@ scrape_configs:
 	firstAlerts := []string{"GPUSMUtilizationHigh", "GPUMemoryAlmostFull"}
 	eventually(t, 120*time.Second, "first alerts notified", func() error {
 		for _, name := range firstAlerts {
-			msgs, err := hook.messages(name, time.Time{})
+			msgs, err := hook.Messages(name, time.Time{})
 			if err != nil {
 				return err
 			}
@@ -271,7 +271,7 @@ scrape_configs:
 	})
 	before := map[string]int{}
 	for _, name := range firstAlerts {
-		msgs, _ := hook.messages(name, time.Time{})
+		msgs, _ := hook.Messages(name, time.Time{})
 		before[name] = len(msgs)
 	}
 	// The test's target was up until now. The appliance's own jobs may
@@ -325,7 +325,7 @@ scrape_configs:
 	// Well past group_wait and a few group intervals since they are back.
 	time.Sleep(5 * time.Second)
 	for _, name := range firstAlerts {
-		msgs, err := hook.messages(name, time.Time{})
+		msgs, err := hook.Messages(name, time.Time{})
 		require.NoError(t, err)
 		require.Len(t, msgs, before[name], "%s notified again before its repeat interval", name)
 	}
@@ -345,7 +345,7 @@ scrape_configs:
 		return fmt.Errorf("not suppressed: %v", alerts["GPUTemperatureHigh"])
 	})
 	time.Sleep(3 * time.Second)
-	require.NotContains(t, hook.alertnames(), "GPUTemperatureHigh")
+	require.NotContains(t, hook.Alertnames(), "GPUTemperatureHigh")
 	for _, f := range []string{"silences", "nflog"} {
 		_, err := os.Stat(filepath.Join(data, "alertmanager", f))
 		require.NoError(t, err)
@@ -356,7 +356,7 @@ scrape_configs:
 // received after since.
 func targetDowns(t *testing.T, hook *webhook, job string, since time.Time) []webhookMessage {
 	t.Helper()
-	msgs, err := hook.messages("TargetDown", since)
+	msgs, err := hook.Messages("TargetDown", since)
 	require.NoError(t, err)
 	var out []webhookMessage
 	for _, m := range msgs {
@@ -403,11 +403,11 @@ func TestEmbeddedAlertmanagerReload(t *testing.T) {
   receivers:
     - name: hook
       webhook_configs: [{url: %q}]
-`, hook.srv.URL), "thermal")
+`, hook.URL()), "thermal")
 	writeConfig(t, dir, withHook)
 	p.signal(syscall.SIGHUP)
 	eventually(t, 30*time.Second, "GPUSMUtilizationHigh sent once the receiver is added", func() error {
-		msgs, err := hook.messages("GPUSMUtilizationHigh", time.Time{})
+		msgs, err := hook.Messages("GPUSMUtilizationHigh", time.Time{})
 		if err != nil {
 			return err
 		}

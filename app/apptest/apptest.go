@@ -65,6 +65,22 @@ func (c Client) QueryAt(q string, ts time.Time) (model.Vector, error) {
 	return vec, nil
 }
 
+// Firing says whether /api/v1/alerts has the alert firing for the GPU.
+func (c Client) Firing(alertname, gpu string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	alerts, err := c.API().Alerts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range alerts.Alerts {
+		if string(a.Labels["alertname"]) == alertname && string(a.Labels["gpu"]) == gpu && a.State == promv1.AlertStateFiring {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s for GPU %s not firing in /api/v1/alerts: %v", alertname, gpu, alerts.Alerts)
+}
+
 // Get fetches a URL path and returns status and body.
 func (c Client) Get(path string) (int, string) {
 	c.T.Helper()

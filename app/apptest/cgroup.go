@@ -163,3 +163,12 @@ func (cg *Cgroup) RunAs(t testing.TB, uid uint32, name string, args ...string) i
 	}
 	return cmd.Process.Pid
 }
+
+// PasswdFixture is a host passwd naming uid 1000 alice, written for the
+// test: less invasive than useradd on the machine.
+func PasswdFixture(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "passwd")
+	require.NoError(t, os.WriteFile(p, []byte("root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000:Alice:/home/alice:/bin/sh\n"), 0o644))
+	return p
+}

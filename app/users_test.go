@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"encoding/json"
@@ -54,7 +54,7 @@ gpu:
 workloads:
   passwd_file: %s
 `, pid, passwdFixture(t))))
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), fmt.Sprintf(`
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), fmt.Sprintf(`
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -62,7 +62,7 @@ cadvisor: {enabled: false}
 gpu: {backend: none}
 nodes:
   static: [{address: %s, name: %s}]
-`, agent.addr(), node)))
+`, agent.addr(), node))))
 
 	sessionName := "alice: session-" + strconv.Itoa(n)
 	for _, tc := range []struct {

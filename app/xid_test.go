@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"context"
@@ -39,7 +39,7 @@ gpu:
       - {scenario: training, lost_at: 5m, lost_for: 10m}
 `
 	started := time.Now()
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg))
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), cfg)))
 
 	// At 60×, XID 79 comes 10 s after start and the third GPU is off the
 	// bus from 5 s to 15 s; the alerts hold a minute (an hour scaled).

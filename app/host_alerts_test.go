@@ -1,6 +1,6 @@
 //go:build linux
 
-package e2e
+package app_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuscope/gpuscope/app"
 )
 
 // TestDiskFillingAlerts: gpuscope's data directory on a 64 MiB tmpfs,
@@ -60,7 +62,7 @@ rules:
   builtin:
     time_scale: 360
 `)
-	p := serve(t, data, "--config.file="+cfg, "--storage.tsdb.disk-reserve=0")
+	p := serve(t, data, configFile(cfg), with(func(s *app.Settings) { s.DiskReserve = 0 }))
 
 	// A checkpoint written at 200 KiB/s: about 14 MiB are left, full in
 	// about 70 s, within the scaled day. Stop at 60 MiB whatever happens.

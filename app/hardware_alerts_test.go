@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"context"
@@ -46,7 +46,7 @@ gpu:
       - {scenario: training}
 `
 	started := time.Now()
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg))
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), cfg)))
 
 	// alert/gpu (the `error` or `reason` label after a second slash where
 	// the rule has one) for every GPU alert that fires.

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func parsePlainOverview(body string) (eval time.Time, cards []plainCard, queries
 // status lines kept; and the page's size and time.
 func TestOverviewPageDemo(t *testing.T) {
 	t.Parallel()
-	p := serve(t, "", "--demo")
+	p := serve(t, "", demo)
 
 	var (
 		body  string
@@ -182,7 +182,7 @@ func TestOverviewPageTargetDown(t *testing.T) {
 	t.Parallel()
 	gone := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cfg := writeConfig(t, t.TempDir(), "global:\n  scrape_interval: 1s\nnodes:\n  static:\n    - {address: \""+gone+"\", name: gone-node}\n")
-	p := serve(t, "", "--config.file="+cfg)
+	p := serve(t, "", configFile(cfg))
 	eventually(t, 30*time.Second, "the node that does not answer is among the targets down", func() error {
 		_, body := p.get("/")
 		m := regexp.MustCompile(`(?s)<section id="targets-down">.*?</section>`).FindString(body)

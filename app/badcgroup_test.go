@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"fmt"
@@ -46,7 +46,7 @@ func TestServeInvalidUTF8Cgroup(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(proc.Process.Pid)), 0o644))
 	}
 
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), fmt.Sprintf(badCgroupConfig, proc.Process.Pid)))
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), fmt.Sprintf(badCgroupConfig, proc.Process.Pid))))
 	id := fmt.Sprintf(`/gpuscope-e2e-bad\xff-%d`, os.Getpid()) // workload.LabelValue's escape
 	for _, q := range []string{
 		`count(DCGM_FI_DEV_GPU_TEMP) == 2`,

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gpuscope/gpuscope/rules"
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
 // alertmanager stands in for an Alertmanager: it accepts what gpuscope's
@@ -127,7 +126,7 @@ gpu:
       - {scenario: training}
 `, am.addr(), container)
 	started := time.Now()
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg))
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), cfg)))
 	// The container must use its half core whatever else runs.
 	favourContainerCPU(t, container)
 
@@ -236,21 +235,7 @@ gpu:
 	require.Equal(t, model.SampleValue(8), v[0].Value)
 }
 
-// apiFiring says whether /api/v1/alerts has the alert firing for the GPU.
-func apiFiring(p *process, alertname, gpu string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	alerts, err := p.api().Alerts(ctx)
-	if err != nil {
-		return err
-	}
-	for _, a := range alerts.Alerts {
-		if string(a.Labels["alertname"]) == alertname && string(a.Labels["gpu"]) == gpu && a.State == promv1.AlertStateFiring {
-			return nil
-		}
-	}
-	return fmt.Errorf("%s for GPU %s not firing in /api/v1/alerts: %v", alertname, gpu, alerts.Alerts)
-}
+func apiFiring(p *process, alertname, gpu string) error { return p.Firing(alertname, gpu) }
 
 const badRules = `groups:
   - name: e2e
@@ -260,8 +245,10 @@ const badRules = `groups:
 `
 
 // TestRulesBadInputAndReload: a rule file with a syntax error stops
-// serve from starting and fails check config, naming file and line; on a
-// reload the old rules keep running while the failure shows in the log,
+// the appliance from starting, naming file and line (e2e's
+// TestRulesCheckConfig has check config and the binary's exit); on a
+// reload the old rules keep running while the failure shows in Reload's
+// error,
 // in gpuscope_config_last_reload_successful and in the alert on it. A
 // user rule replaces the built-in rule of its name and group, and a
 // disabled built-in group is left out.
@@ -278,14 +265,9 @@ rules:
     disabled_groups: [gpuscope.baseline.weekly]
 `)
 
-	out, code := run(t, "check", "config", cfgFile)
-	require.Equal(t, 1, code, out)
-	require.Contains(t, out, rulesFile+": 5:15:")
-	require.Contains(t, out, "unclosed left parenthesis")
-
-	q := start(t, "serve", "--web.listen-address=127.0.0.1:0", "--storage.tsdb.path="+filepath.Join(dir, "refused"), "--config.file="+cfgFile)
-	require.NotEqual(t, 0, q.wait(30*time.Second))
-	require.Contains(t, q.out.String(), rulesFile+": 5:15:")
+	_, err := apptest.Start(t, filepath.Join(dir, "refused"), configFile(cfgFile))
+	require.ErrorContains(t, err, rulesFile+": 5:15:", "the appliance does not start")
+	require.ErrorContains(t, err, "unclosed left parenthesis")
 
 	require.NoError(t, os.WriteFile(rulesFile, []byte(`groups:
   - name: e2e
@@ -300,9 +282,7 @@ rules:
         for: 30m
         labels: {severity: critical, team: e2e}
 `), 0o644))
-	out, code = run(t, "check", "config", cfgFile)
-	require.Equal(t, 0, code, out)
-	p := serve(t, "", "--config.file="+cfgFile)
+	p := serve(t, "", configFile(cfgFile))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -342,11 +322,9 @@ rules:
 
 	// Break the file and reload.
 	require.NoError(t, os.WriteFile(rulesFile, []byte(badRules), 0o644))
-	p.signal(syscall.SIGHUP)
-	eventually(t, 20*time.Second, "reload failure in the log and the metric", func() error {
-		if !strings.Contains(p.out.String(), "Reload failed") {
-			return fmt.Errorf("no Reload failed in the log")
-		}
+	reloadErr := p.reload()
+	require.ErrorContains(t, reloadErr, rulesFile+": 5:15:", "the reload fails, naming file and line")
+	eventually(t, 20*time.Second, "reload failure in the metric", func() error {
 		v, err := p.instant(`gpuscope_config_last_reload_successful`)
 		if err != nil {
 			return err
@@ -356,7 +334,6 @@ rules:
 		}
 		return nil
 	})
-	require.Contains(t, p.out.String(), rulesFile+": 5:15:")
 	failedAt := time.Now()
 
 	// The old rules keep being evaluated ...
@@ -381,23 +358,4 @@ rules:
 		}
 		return fmt.Errorf("not firing: %v", alerts.Alerts)
 	})
-}
-
-// TestRulesExport: the built-in pack comes out as rule files that
-// `check rules` accepts.
-func TestRulesExport(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	out, code := run(t, "rules", "export", dir)
-	require.Equal(t, 0, code, out)
-	files, err := filepath.Glob(filepath.Join(dir, "*.yml"))
-	require.NoError(t, err)
-	require.Len(t, files, len(rules.Pack()), "one file per file of the built-in pack")
-	all := filepath.Join(t.TempDir(), "all.yml")
-	out, code = run(t, "rules", "export")
-	require.Equal(t, 0, code)
-	require.NoError(t, os.WriteFile(all, []byte(out), 0o644))
-	out, code = run(t, append([]string{"check", "rules", all}, files...)...)
-	require.Equal(t, 0, code, out)
-	require.Equal(t, len(files)+1, strings.Count(out, "SUCCESS"), out)
 }

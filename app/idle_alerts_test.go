@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"context"
@@ -37,7 +37,7 @@ gpu:
       - {scenario: orphan}
 `
 	started := time.Now()
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg))
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), cfg)))
 
 	var firing map[string]promv1.Alert
 	eventually(t, 120*time.Second, "GPUHeldIdle for GPU 0 and GPUMemoryHeldByGoneProcess for GPU 1 firing", func() error {

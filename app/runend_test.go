@@ -1,13 +1,14 @@
-package e2e
+package app_test
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app"
 )
 
 // TestRunEndNotice: with the opt-in group gpuscope.notify enabled, a
@@ -49,13 +50,13 @@ alertmanager:
     - name: nobody
     - name: runs
       webhook_configs: [{url: %q, send_resolved: false}]
-`, hook.srv.URL))
+`, hook.URL()))
 	started := time.Now()
-	p := serve(t, "", "--config.file="+cfg, "--rules.alert.resend-delay=1s")
+	p := serve(t, "", configFile(cfg), with(func(s *app.Settings) { s.ResendDelay = time.Second }))
 
 	var notice webhookMessage
 	eventually(t, 90*time.Second, "the xid scenario's job noticed", func() error {
-		msgs, err := hook.messages("WorkloadEnded", time.Time{})
+		msgs, err := hook.Messages("WorkloadEnded", time.Time{})
 		if err != nil {
 			return err
 		}
@@ -117,16 +118,9 @@ alertmanager:
 		return nil
 	})
 	time.Sleep(5 * time.Second) // group intervals past the resolution
-	all := hook.all()
+	all := hook.All()
 	for _, m := range all {
 		require.Equal(t, "/gpuscope-sim/gpu0", m.GroupLabels["id"], "only the ended job is noticed")
 	}
 	require.Len(t, all, 1, "one notice per run")
-}
-
-// all returns every message so far.
-func (w *webhook) all() []webhookMessage {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.msgs)
 }

@@ -1,11 +1,10 @@
-package e2e
+package app_test
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ func TestServeSeriesDiet(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfgFile := writeConfig(t, dir, fastConfig)
-	p := serve(t, filepath.Join(dir, "data"), "--config.file="+cfgFile)
+	p := serve(t, filepath.Join(dir, "data"), configFile(cfgFile))
 
 	// exposed reports whether the endpoint's exposition has the family.
 	exposed := func(path, family string) bool {
@@ -61,20 +60,20 @@ func TestServeSeriesDiet(t *testing.T) {
 
 	// A bad value is refused, and the diet stays as it was.
 	require.NoError(t, os.WriteFile(cfgFile, []byte(fastConfig+"self_metrics:\n  families:\n    query_engine: on please\n"), 0o644))
-	p.signal(syscall.SIGHUP)
+	reloadErr := p.reload()
 	eventually(t, 20*time.Second, "reload failure visible", func() error {
 		if n := stored(`gpuscope_config_last_reload_successful == 0`); n != 1 {
 			return fmt.Errorf("reload not failed yet")
 		}
 		return nil
 	})
-	require.Contains(t, p.out.String(), "self_metrics.families.query_engine")
-	require.Contains(t, p.out.String(), "is not a boolean")
+	require.ErrorContains(t, reloadErr, "self_metrics.families.query_engine")
+	require.ErrorContains(t, reloadErr, "is not a boolean")
 	require.False(t, exposed("/metrics", "prometheus_engine_query_duration_seconds"))
 
 	// Turned on: exposed at once and stored from the next scrape.
 	require.NoError(t, os.WriteFile(cfgFile, []byte(fastConfig+"self_metrics:\n  families:\n    query_engine: true\n"), 0o644))
-	p.signal(syscall.SIGHUP)
+	require.NoError(t, p.reload())
 	eventually(t, 30*time.Second, "prometheus_engine_* stored after the reload", func() error {
 		if n := stored(`{__name__=~"prometheus_engine_.+", job="gpuscope"}`); n == 0 {
 			return fmt.Errorf("no prometheus_engine_* series yet")
