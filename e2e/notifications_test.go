@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
 // The embedded Alertmanager (docs/notifications.md), tested as users
@@ -24,32 +25,8 @@ import (
 // alerts, a webhook receiver on loopback, and the real amtool against
 // gpuscope's URL.
 
-// embeddedConfig is gpuscope's config for these tests: simulated GPUs and
-// the built-in rules at 60× speed, gpuscope's external labels, and
-// alertmanager as the section's body.
-func embeddedConfig(alertmanager string, scenarios ...string) string {
-	var gpus strings.Builder
-	for _, s := range scenarios {
-		fmt.Fprintf(&gpus, "      - {scenario: %s}\n", s)
-	}
-	return fmt.Sprintf(`
-global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-  external_labels: {cluster: e2e-am, region: lab}
-rules:
-  builtin:
-    time_scale: 60
-gpu:
-  backend: sim
-  sim:
-    count: %d
-    time_scale: 60
-    gpus:
-%s
-alertmanager:
-%s`, len(scenarios), gpus.String(), alertmanager)
-}
+// embeddedConfig is gpuscope's config for these tests (apptest's).
+var embeddedConfig = apptest.EmbeddedConfig
 
 // amtool runs the real amtool against url.
 func amtool(t *testing.T, url string, args ...string) string {
@@ -60,26 +37,8 @@ func amtool(t *testing.T, url string, args ...string) string {
 	return string(out)
 }
 
-// embeddedAlerts returns the embedded Alertmanager's alerts, by alertname,
-// from gpuscope's /api/v2/alerts.
 func embeddedAlerts(p *process) (map[string][]*models.GettableAlert, error) {
-	resp, err := http.Get(p.URL + "/api/v2/alerts")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /api/v2/alerts: %s", resp.Status)
-	}
-	var alerts models.GettableAlerts
-	if err := json.NewDecoder(resp.Body).Decode(&alerts); err != nil {
-		return nil, err
-	}
-	out := map[string][]*models.GettableAlert{}
-	for _, a := range alerts {
-		out[a.Labels["alertname"]] = append(out[a.Labels["alertname"]], a)
-	}
-	return out, nil
+	return p.client().EmbeddedAlerts()
 }
 
 // TestEmbeddedAlertmanagerWebhook: with only a receiver in the
@@ -365,75 +324,4 @@ func targetDowns(t *testing.T, hook *webhook, job string, since time.Time) []web
 		}
 	}
 	return out
-}
-
-// TestEmbeddedAlertmanagerReload: without the section alerts are kept and
-// sent to nobody; a SIGHUP that adds a receiver sends them; one that
-// breaks the section is refused, naming the line, and the previous
-// receivers stay in effect. `gpuscope agent` has no Alertmanager.
-func TestEmbeddedAlertmanagerReload(t *testing.T) {
-	t.Parallel()
-	hook := newWebhook(t)
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, embeddedConfig("", "thermal"))
-	p := serve(t, "", "--config.file="+cfg)
-	status := func() string {
-		code, body := p.get("/api/v2/status")
-		require.Equal(t, http.StatusOK, code)
-		return body
-	}
-	require.Contains(t, status(), `receiver: nobody`)
-	_, page := p.get("/")
-	require.Contains(t, page, `<p class="notice" id="alerts-reach-nobody"><b>Alerts reach nobody:</b> the alertmanager: section has no receivers.`)
-	eventually(t, 90*time.Second, "GPUSMUtilizationHigh held by the embedded Alertmanager", func() error {
-		alerts, err := embeddedAlerts(p)
-		if err != nil {
-			return err
-		}
-		if len(alerts["GPUSMUtilizationHigh"]) == 0 {
-			return fmt.Errorf("not there: %v", alerts)
-		}
-		return nil
-	})
-
-	withHook := embeddedConfig(fmt.Sprintf(`  route:
-    receiver: hook
-    group_by: [alertname]
-    group_wait: 1s
-  receivers:
-    - name: hook
-      webhook_configs: [{url: %q}]
-`, hook.URL()), "thermal")
-	writeConfig(t, dir, withHook)
-	p.signal(syscall.SIGHUP)
-	eventually(t, 30*time.Second, "GPUSMUtilizationHigh sent once the receiver is added", func() error {
-		msgs, err := hook.Messages("GPUSMUtilizationHigh", time.Time{})
-		if err != nil {
-			return err
-		}
-		if len(msgs) == 0 {
-			return fmt.Errorf("not sent")
-		}
-		return nil
-	})
-	_, page = p.get("/")
-	require.NotContains(t, page, "alerts-reach-nobody", "the page follows the reload")
-	require.Contains(t, page, `data-receiver="hook" data-integration="webhook[0]" data-status="ok"`)
-
-	writeConfig(t, dir, strings.Replace(withHook, "receiver: hook", "receiver: pager", 1))
-	p.signal(syscall.SIGHUP)
-	eventually(t, 30*time.Second, "the reload refused", func() error {
-		_, body := p.get("/metrics")
-		if !strings.Contains(body, "\ngpuscope_config_last_reload_successful 0\n") {
-			return fmt.Errorf("not refused yet")
-		}
-		return nil
-	})
-	require.Regexp(t, `gpuscope\.yml:\d+: alertmanager\.route\.receiver: undefined receiver \\"pager\\" used in route`, p.out.String())
-	require.Contains(t, status(), `receiver: hook`, "the previous receivers stay in effect")
-
-	agentCfg := writeConfig(t, t.TempDir(), withHook)
-	agent := startAgent(t, "e2e-agent", agentCfg)
-	code, _ := agent.get("/api/v2/status")
-	require.Equal(t, http.StatusNotFound, code, "the agent has no Alertmanager")
 }

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"bufio"
@@ -32,6 +32,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/app"
 	"github.com/gpuscope/gpuscope/packaging/pkgtest"
 )
 
@@ -312,7 +313,7 @@ func TestEmbeddedAlertmanagerReceivers(t *testing.T) {
 `, u, smtp.addr, smtp.caFile, smtpPlain.addr, smtpPlain.caFile)
 	cfg := writeConfig(t, t.TempDir(), embeddedConfig(receivers, "memory-bound", "memory-bound"))
 	const ext = "http://gpuscope.example:9089"
-	p := serve(t, "", "--config.file="+cfg, "--web.external-url="+ext+"/")
+	p := serve(t, "", configFile(cfg), with(func(s *app.Settings) { s.ExternalURL = ext + "/" }))
 
 	const subject = "[FIRING:2] GPUMemoryAlmostFull on e2e-node"
 	overview := ext + "/?node=e2e-node"

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app"
 )
 
 // queryAt runs an instant query at ts and returns its vector.
@@ -66,13 +68,19 @@ func TestServeBadTargets(t *testing.T) {
 		http.Error(w, "e2e_internal 1", http.StatusInternalServerError)
 	}))
 	defer failing.Close()
-	// The hanging target reads the request and never answers, not even
-	// when gpuscope gives up and closes the connection.
+	// The hanging target reads the request and never answers; its
+	// handler ends only once gpuscope gives up and closes the connection
+	// (the request's context ends then), so that the target's own
+	// goroutines and sockets, in this process too, do not grow with the
+	// hanging scrapes unless gpuscope's do.
 	release := make(chan struct{})
 	var hangs atomic.Int64
-	hanging := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	hanging := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		hangs.Add(1)
-		<-release
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
 	}))
 	defer hanging.Close()
 	defer close(release) // before Close, which waits for the handlers
@@ -99,7 +107,7 @@ scrape_configs:
     scrape_timeout: 500ms
     static_configs: [{targets: [%q]}]
 `, host(healthy), host(malformed), host(hanging), host(failing)))
-	p := serveFavoured(t, "--config.file="+cfg, "--gpu.backend=sim")
+	p := serve(t, "", configFile(cfg), with(func(s *app.Settings) { s.GPUBackend = "sim" }))
 
 	// Each target's health and last error, as the targets page shows it.
 	want := map[string]struct {
@@ -272,7 +280,7 @@ gpu:
     gpus:
       - {scenario: training, lost_at: %s, lost_for: %s}
 `, timeScale, model.Duration(lostAt), model.Duration(lostFor)))
-	p := serveFavoured(t, "--config.file="+cfg)
+	p := serve(t, "", configFile(cfg))
 
 	util := func() (map[string]bool, error) {
 		v, err := p.instant(`DCGM_FI_DEV_GPU_UTIL`)

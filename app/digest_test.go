@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"encoding/json"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/accounting"
+	"github.com/gpuscope/gpuscope/app"
 	"github.com/gpuscope/gpuscope/app/apptest"
 	"github.com/gpuscope/gpuscope/digest"
 )
@@ -95,7 +96,7 @@ alertmanager:
 %s    - name: admin
       email_configs:
 %s`, pids[0], pids[1], passwd, email(`{{ template "gpuscope.owner.email" . }}`), email("gpu-admin@lab.example"))
-	p := serve(t, "", "--config.file="+writeConfig(t, t.TempDir(), cfg), "--web.allow-unauthenticated-admin")
+	p := serve(t, "", configFile(writeConfig(t, t.TempDir(), cfg)), with(func(s *app.Settings) { s.AllowUnauthenticatedAdmin = true }))
 
 	// Both users' runs accounted for a while: 20 s are 20 minutes at 60×.
 	eventually(t, 90*time.Second, "GPU-hours recorded for alice and bob", func() error {
