@@ -17,13 +17,9 @@ import (
 	"github.com/prometheus/common/version"
 	"k8s.io/klog/v2"
 
+	"github.com/gpuscope/gpuscope/app"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
 )
-
-// fallbackVersion is reported when the build did not stamp a version
-// (go run, go build without the packaging script's -ldflags). It is
-// semver so Grafana's version detection accepts it.
-const fallbackVersion = "0.1.0-dev"
 
 // command is one subcommand: its flags are registered on the kingpin
 // command, and run executes it once the command line is parsed.
@@ -107,7 +103,7 @@ func versionCommand(cli *kingpin.Application) command {
 // itself prometheus/common/version reads from the same place.
 func stampVersion(bi *debug.BuildInfo) {
 	if version.Version == "" {
-		version.Version = fallbackVersion
+		version.Version = app.FallbackVersion
 		if v := bi.Main.Version; v != "" && v != "(devel)" {
 			version.Version = strings.TrimPrefix(v, "v")
 		}

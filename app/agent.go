@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/version"
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/scrape/families"
@@ -169,7 +168,7 @@ func (a *Agent) statusLines() []web.StatusLine {
 		file = "(embedded defaults)"
 	}
 	return []web.StatusLine{
-		{Name: "Version", Value: version.Version},
+		{Name: "Version", Value: Version()},
 		{Name: "Mode", Value: "agent (collectors only; scraped by an appliance's nodes: section)"},
 		{Name: "Node", Value: a.nodeName},
 		{Name: "Config file", Value: file},

@@ -376,7 +376,7 @@ func (a *Appliance) apiOptions() *web.APIOptions {
 		Flags:         a.set.flagValues(a.s),
 		RuntimeInfo:   a.runtimeInfo,
 		BuildInfo: &apiv1.PrometheusVersion{
-			Version:   version.Version,
+			Version:   Version(),
 			Revision:  version.GetRevision(),
 			Branch:    version.Branch,
 			BuildUser: version.BuildUser,

@@ -72,6 +72,17 @@ func startAgent(t *testing.T, name, cfg string) *process {
 	return &process{Client: a.Client, agent: a, t: t, out: a.Log}
 }
 
+// stop is SIGTERM: it stops the appliance or agent and returns what its
+// Run returned (the binary's exit 0 for nil).
+func (p *process) stop() error {
+	if p.agent != nil {
+		p.agent.Stop()
+		return p.agent.Wait()
+	}
+	p.app.Stop()
+	return p.app.Wait()
+}
+
 func (p *process) addr() string { return strings.TrimPrefix(p.URL, "http://") }
 
 // configFile, demo and with are serve's settings: --config.file, --demo

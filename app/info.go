@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/alecthomas/units"
-	"github.com/prometheus/common/version"
 	apiv1 "github.com/prometheus/prometheus/web/api/v1"
 
 	"github.com/gpuscope/gpuscope/config"
@@ -26,7 +25,7 @@ func (a *Appliance) statusLines() []web.StatusLine {
 		file = "(embedded defaults)"
 	}
 	return []web.StatusLine{
-		{Name: "Version", Value: version.Version},
+		{Name: "Version", Value: Version()},
 		{Name: "Node", Value: a.s.nodeName},
 		{Name: "Grafana data source URL", Value: a.externalURL.String()},
 		{Name: "Config file", Value: file},

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/version"
 
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/web"
@@ -32,6 +33,15 @@ import (
 // 9090 and clear of Alertmanager (9093), node_exporter (9100),
 // dcgm-exporter (9400), cAdvisor (8080) and Grafana (3000).
 const DefaultListenAddress = "0.0.0.0:9089"
+
+// FallbackVersion is the version reported when the build did not stamp
+// one (go run, go build without the packaging script's -ldflags, a test
+// binary). It is semver so Grafana's version detection accepts it.
+const FallbackVersion = "0.1.0-dev"
+
+// Version is the build's version: prometheus/common/version's, as the
+// binary stamps it, or FallbackVersion.
+func Version() string { return cmpOr(version.Version, FallbackVersion) }
 
 // DefaultDataDir is the data directory without --storage.tsdb.path (and
 // without --demo, which has config.DemoDataDir).

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -249,3 +250,24 @@ var (
 )
 
 const cgroupRoot = apptest.CgroupRoot
+
+// agentConfig is what the test agents run (apptest's).
+const agentConfig = apptest.AgentConfig
+
+// startAgent runs `gpuscope agent` with simulated GPUs on a free loopback
+// port and waits until it is ready.
+func startAgent(t *testing.T, name, cfg string) *process {
+	t.Helper()
+	port := freePort(t)
+	p := start(t, "agent",
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
+		"--config.file="+cfg,
+		"--gpu.backend=sim",
+		"--node.name="+name,
+	)
+	p.URL = "http://127.0.0.1:" + strconv.Itoa(port)
+	p.waitReady(60 * time.Second)
+	return p
+}
+
+func (p *process) addr() string { return strings.TrimPrefix(p.URL, "http://") }

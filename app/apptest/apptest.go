@@ -214,11 +214,41 @@ func (a *Appliance) Wait() error {
 	return err
 }
 
+// Exited says whether Run has returned, and with what.
+func (a *Appliance) Exited() (bool, error) {
+	select {
+	case err := <-a.ran:
+		a.ran <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// AgentConfig is what the test agents run: the appliance scrapes them
+// every second, so cAdvisor's housekeeping runs every second too, and two
+// simulated GPUs each keep the load down on a small CI machine.
+const AgentConfig = `
+global:
+  scrape_interval: 1s
+gpu:
+  sim:
+    count: 2
+`
+
 // Agent is a gpuscope agent running in the test's process.
 type Agent struct {
 	*app.Agent
 	Client
 	Log *pkgtest.SyncBuffer
+	ran chan error
+}
+
+// Wait waits for Run to return and returns its error.
+func (a *Agent) Wait() error {
+	err := <-a.ran
+	a.ran <- err
+	return err
 }
 
 // ServeAgent builds and runs an agent on a loopback port, named node,
@@ -226,7 +256,7 @@ type Agent struct {
 // returns once it serves.
 func ServeAgent(t testing.TB, node, configFile string, f func(*app.AgentSettings)) *Agent {
 	t.Helper()
-	a := &Agent{Log: &pkgtest.SyncBuffer{}}
+	a := &Agent{Log: &pkgtest.SyncBuffer{}, ran: make(chan error, 1)}
 	s := app.AgentSettings{Logger: NewLogger(a.Log), ConfigFile: configFile, NodeName: node, ListenAddress: "127.0.0.1:0"}
 	if f != nil {
 		f(&s)
@@ -235,8 +265,7 @@ func ServeAgent(t testing.TB, node, configFile string, f func(*app.AgentSettings
 	a.Agent, err = app.NewAgent(context.Background(), s)
 	require.NoError(t, err, "start the agent")
 	a.Client = Client{T: t, URL: "http://" + a.Addr().String()}
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(context.Background()) }()
+	go func() { a.ran <- a.Run(context.Background()) }()
 	t.Cleanup(func() {
 		a.Stop()
 		if t.Failed() {
@@ -245,7 +274,7 @@ func ServeAgent(t testing.TB, node, configFile string, f func(*app.AgentSettings
 	})
 	select {
 	case <-a.Ready():
-	case err := <-ran:
+	case err := <-a.ran:
 		t.Fatalf("the agent stopped before it was ready: %v", err)
 	}
 	return a

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"crypto/ecdsa"
@@ -22,8 +22,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/go-units"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpuscope/gpuscope/app"
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
 const (
@@ -55,22 +59,15 @@ func TestAuth(t *testing.T) {
 	c := newHTTPSClient(t, caFile)
 
 	// serve will not enable the admin API behind TLS alone.
-	refused := start(t, "serve", "--web.listen-address=127.0.0.1:"+strconv.Itoa(freePort(t)),
-		"--storage.tsdb.path="+t.TempDir(), "--web.config.file="+tlsOnly, "--web.enable-admin-api")
-	require.NotEqual(t, 0, refused.wait(30*time.Second), "serve with the admin API and no authentication")
-	require.Contains(t, refused.out.String(), "admin and lifecycle endpoints need authentication")
-	require.Contains(t, refused.out.String(), "--web.allow-unauthenticated-admin")
+	_, err = apptest.Start(t, "", with(func(s *app.Settings) { s.WebConfigFile, s.EnableAdmin = tlsOnly, true }))
+	require.ErrorContains(t, err, "admin and lifecycle endpoints need authentication", "serve with the admin API and no authentication")
+	require.ErrorContains(t, err, "--web.allow-unauthenticated-admin")
 
-	agentPort := freePort(t)
-	agent := start(t, "agent",
-		"--web.listen-address=127.0.0.1:"+strconv.Itoa(agentPort),
-		"--config.file="+writeConfig(t, t.TempDir(), agentConfig),
-		"--gpu.backend=sim",
-		"--node.name=node-a",
-		"--web.config.file="+webConfig,
-	)
-	agent.URL = "https://127.0.0.1:" + strconv.Itoa(agentPort)
-	c.waitReady(t, agent)
+	a := apptest.ServeAgent(t, "node-a", writeConfig(t, t.TempDir(), agentConfig), func(s *app.AgentSettings) {
+		s.GPUBackend, s.WebConfigFile = "sim", webConfig
+	})
+	agent := &process{Client: apptest.Client{T: t, URL: "https://" + a.Addr().String()}, agent: a, t: t, out: a.Log}
+	agentPort := a.Addr().(*net.TCPAddr).Port
 
 	cfg := writeConfig(t, dir, fmt.Sprintf(`
 global:
@@ -92,9 +89,10 @@ scrape_configs:
     basic_auth: {username: %[2]s, password: %[3]s}
     static_configs: [{targets: ["127.0.0.1:%[1]d"]}]
 `, agentPort, authUser, authPassword, caFile))
-	p := c.serve(t, "--config.file="+cfg, "--gpu.backend=sim", "--web.config.file="+webConfig,
-		"--web.enable-admin-api", "--web.enable-lifecycle",
-		`--web.cors.origin=https://grafana\.example\.com`, "--web.max-request-body-size=4KB")
+	p := c.serve(t, configFile(cfg), with(func(s *app.Settings) {
+		s.GPUBackend, s.WebConfigFile, s.EnableAdmin, s.EnableLifecycle = "sim", webConfig, true, true
+		s.CORSOrigin, s.MaxRequestBodyBytes = `https://grafana\.example\.com`, 4*units.KiB
+	}))
 
 	t.Run("credentials", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -197,10 +195,8 @@ scrape_configs:
 		require.DirExists(t, filepath.Join(p.DataDir, "snapshots", snap.Data.Name))
 		code, body, _ = c.do(t, http.MethodPost, p.URL+"/-/reload", authUser, authPassword, nil, nil)
 		require.Equal(t, 200, code, body)
-		select {
-		case <-p.exited:
-			t.Fatalf("gpuscope exited after refused /-/quit requests: %v", p.exitErr)
-		default:
+		if exited, err := p.app.Exited(); exited {
+			t.Fatalf("gpuscope stopped after refused /-/quit requests: %v", err)
 		}
 	})
 
@@ -234,8 +230,8 @@ scrape_configs:
 	// the admin API answers as Prometheus's does when disabled, the
 	// lifecycle endpoints do not exist.
 	t.Run("admin and lifecycle off by default", func(t *testing.T) {
-		p2 := c.serve(t, "--config.file="+writeConfig(t, t.TempDir(), "cadvisor: {enabled: false}\n"),
-			"--gpu.backend=none", "--web.config.file="+webConfig)
+		p2 := c.serve(t, configFile(writeConfig(t, t.TempDir(), "cadvisor: {enabled: false}\n")),
+			with(func(s *app.Settings) { s.GPUBackend, s.WebConfigFile = "none", webConfig }))
 		for _, path := range []string{"/api/v1/admin/tsdb/snapshot", "/api/v1/admin/tsdb/delete_series?match[]=up", "/api/v1/admin/tsdb/clean_tombstones"} {
 			code, body, _ := c.do(t, http.MethodPost, p2.URL+path, authUser, authPassword, nil, nil)
 			// Prometheus's answer, status included.
@@ -330,47 +326,12 @@ func (c httpsClient) do(t *testing.T, method, u, user, password string, body io.
 	return resp.StatusCode, string(b), resp.Header
 }
 
-// waitReady waits until p answers 200 at /-/ready over HTTPS with the
-// password.
-func (c httpsClient) waitReady(t *testing.T, p *process) {
+// serve runs an appliance as the harness's serve does, reached over
+// HTTPS.
+func (c httpsClient) serve(t *testing.T, opts ...apptest.Option) *process {
 	t.Helper()
-	eventually(t, 90*time.Second, p.URL+" ready", func() error {
-		select {
-		case <-p.exited:
-			t.Fatalf("gpuscope exited before ready: %v\n%s", p.exitErr, p.out.String())
-		default:
-		}
-		req, err := http.NewRequest(http.MethodGet, p.URL+"/-/ready", nil)
-		if err != nil {
-			return err
-		}
-		req.SetBasicAuth(authUser, authPassword)
-		resp, err := c.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
-	})
-}
-
-// serve starts `gpuscope serve` as the harness's serve does, but waits for
-// it over HTTPS with the password.
-func (c httpsClient) serve(t *testing.T, args ...string) *process {
-	t.Helper()
-	port := freePort(t)
-	dataDir := t.TempDir()
-	p := start(t, append([]string{"serve",
-		"--web.listen-address=127.0.0.1:" + strconv.Itoa(port),
-		"--storage.tsdb.path=" + dataDir,
-		"--node.name=e2e-node",
-	}, args...)...)
-	p.URL = "https://127.0.0.1:" + strconv.Itoa(port)
-	p.DataDir = dataDir
-	c.waitReady(t, p)
+	p := serve(t, "", opts...)
+	p.URL = "https://" + p.app.Addr().String()
 	return p
 }
 

@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,36 +25,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+
+	"github.com/gpuscope/gpuscope/app"
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
-// agentConfig is what the test agents run: the appliance scrapes them
-// every second, so cAdvisor's housekeeping runs every second too, and two
-// simulated GPUs each keep the load down on a small CI machine.
-const agentConfig = `
-global:
-  scrape_interval: 1s
-gpu:
-  sim:
-    count: 2
-`
-
-// startAgent runs `gpuscope agent` with simulated GPUs on a free loopback
-// port and waits until it is ready.
-func startAgent(t *testing.T, name, cfg string) *process {
-	t.Helper()
-	port := freePort(t)
-	p := start(t, "agent",
-		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
-		"--config.file="+cfg,
-		"--gpu.backend=sim",
-		"--node.name="+name,
-	)
-	p.URL = "http://127.0.0.1:" + strconv.Itoa(port)
-	p.waitReady(60 * time.Second)
-	return p
-}
-
-func (p *process) addr() string { return strings.TrimPrefix(p.URL, "http://") }
+// agentConfig is what the test agents run (apptest's).
+const agentConfig = apptest.AgentConfig
 
 // vectorByLabel runs q and maps each result's label l to its value.
 func (p *process) vectorByLabel(q string, l model.LabelName) (map[string]float64, error) {
@@ -102,7 +78,7 @@ rules:
   builtin:
     time_scale: 30
 `, a.addr(), b.addr()))
-	p := serve(t, "", "--config.file="+cfg)
+	p := serve(t, "", configFile(cfg))
 
 	// node-c joins through the file, without a reload.
 	require.NoError(t, os.WriteFile(sdFile, []byte(fmt.Sprintf(`[{"targets": [%q], "labels": {"instance": "node-c"}}]`, c.addr())), 0o644))
@@ -178,8 +154,7 @@ rules:
 	require.Contains(t, body, "--web.enable-otlp-receiver")
 
 	// Stop node-b's agent: its targets go down, the others stay up.
-	b.signal(syscall.SIGTERM)
-	require.Equal(t, 0, b.wait(30*time.Second), "agent exit code after SIGTERM")
+	require.NoError(t, b.stop(), "the agent stops cleanly (the binary exits 0 after SIGTERM)")
 	eventually(t, 30*time.Second, "node-b's targets down", func() error {
 		up, err := p.vectorByLabel(`sum by (instance) (up{job=~"node-.*"})`, "instance")
 		if err != nil {
@@ -220,16 +195,9 @@ func TestClusterRemoteWrite(t *testing.T) {
 	// refused as out of order, with the rest of their batch.
 	recvCfg := writeConfig(t, t.TempDir(), fastConfig+"cadvisor: {enabled: false}\ngpu: {backend: none}\nrules: {builtin: {enabled: false}}\n")
 	startReceiver := func() *process {
-		r := start(t, "serve",
-			"--web.listen-address=127.0.0.1:"+strconv.Itoa(recvPort),
-			"--storage.tsdb.path="+recvDir,
-			"--config.file="+recvCfg,
-			"--node.name=receiver",
-			"--web.enable-remote-write-receiver",
-		)
-		r.URL = "http://127.0.0.1:" + strconv.Itoa(recvPort)
-		r.waitReady(60 * time.Second)
-		return r
+		return serve(t, recvDir, configFile(recvCfg), with(func(s *app.Settings) {
+			s.ListenAddress, s.NodeName, s.EnableRemoteWriteReceiver = "127.0.0.1:"+strconv.Itoa(recvPort), "receiver", true
+		}))
 	}
 	recv := startReceiver()
 
@@ -251,7 +219,7 @@ remote_write:
     url: http://127.0.0.1:%d/api/v1/write
     queue_config: {max_backoff: 1s}
 `, recv.URL, refused))
-	send := serve(t, "", "--config.file="+sendCfg)
+	send := serve(t, "", configFile(sendCfg))
 
 	// Wait until the receiver has the sender's data, then open the window.
 	eventually(t, 60*time.Second, "sender's series at the receiver", func() error {
@@ -264,8 +232,7 @@ remote_write:
 	windowStart := time.Now()
 	time.Sleep(5 * time.Second)
 
-	recv.signal(syscall.SIGTERM)
-	require.Equal(t, 0, recv.wait(30*time.Second))
+	require.NoError(t, recv.stop())
 	outage := 60 * time.Second
 	time.Sleep(outage)
 
@@ -342,7 +309,7 @@ func TestClusterFederationAndPush(t *testing.T) {
 cadvisor: {enabled: false}
 gpu: {backend: none}
 `)
-	p := serve(t, "", "--config.file="+cfg, "--web.enable-remote-write-receiver", "--web.enable-otlp-receiver")
+	p := serve(t, "", configFile(cfg), with(func(s *app.Settings) { s.EnableRemoteWriteReceiver, s.EnableOTLPReceiver = true, true }))
 
 	// A remote-write push, as Grafana-managed recording rules or another
 	// Prometheus send it: v1 protobuf, snappy.
@@ -491,31 +458,8 @@ func parseFederation(t *testing.T, body []byte, contentType string) federated {
 	return f
 }
 
-// TestClusterBadNodeConfig: a node without a port is a config error that
-// names the file and line, at check and at start, never a crash.
-func TestClusterBadNodeConfig(t *testing.T) {
-	t.Parallel()
-	bad := writeConfig(t, t.TempDir(), "global:\n  scrape_interval: 1s\nnodes:\n  static:\n    - gpu-01:9089\n    - gpu-02\n")
-	out, code := run(t, "check", "config", bad)
-	require.Equal(t, 1, code, out)
-	require.Contains(t, out, bad)
-	require.Contains(t, out, bad+":6:")
-	require.Contains(t, out, `"gpu-02" has no port`)
-
-	q := start(t, "serve", "--web.listen-address=127.0.0.1:"+strconv.Itoa(freePort(t)), "--storage.tsdb.path="+t.TempDir(), "--config.file="+bad)
-	require.Equal(t, 1, q.wait(30*time.Second))
-	require.Contains(t, q.out.String(), bad+":6:")
-	require.NotContains(t, q.out.String(), "panic")
-
-	// The agent takes the same file (it reads no nodes section, but the
-	// file must still be valid).
-	q = start(t, "agent", "--web.listen-address=127.0.0.1:"+strconv.Itoa(freePort(t)), "--config.file="+bad)
-	require.Equal(t, 1, q.wait(30*time.Second))
-	require.Contains(t, q.out.String(), "has no port")
-}
-
 // TestAgentEndpoints: the agent serves its three endpoints, empty when a
-// collector is off, and nothing else; SIGHUP does not end it.
+// collector is off, and nothing else; a reload (SIGHUP) does not end it.
 func TestAgentEndpoints(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, t.TempDir(), "cadvisor: {enabled: false}\n")
@@ -539,15 +483,9 @@ func TestAgentEndpoints(t *testing.T) {
 	require.Contains(t, body, "agent")
 	require.NotContains(t, body, "api/v1/targets")
 
-	a.signal(syscall.SIGHUP)
-	eventually(t, 10*time.Second, "SIGHUP logged", func() error {
-		if !strings.Contains(a.out.String(), "reloads nothing") {
-			return fmt.Errorf("no log line yet")
-		}
-		return nil
-	})
+	require.ErrorIs(t, a.reload(), app.ErrAgentReloadsNothing, "SIGHUP: the binary logs this error")
+	require.ErrorContains(t, a.reload(), "reloads nothing")
 	code, _ = a.get("/-/ready")
 	require.Equal(t, 200, code, "still running after SIGHUP")
-	a.signal(syscall.SIGTERM)
-	require.Equal(t, 0, a.wait(30*time.Second))
+	require.NoError(t, a.stop())
 }
