@@ -154,3 +154,12 @@ type reportRun = apptest.ReportRun
 func reportAPI(t *testing.T, p *process, start, end time.Time) []reportRun {
 	return p.Report(start, end)
 }
+
+// rawSamples and scalar read the TSDB of p.
+func rawSamples(t *testing.T, p *process, series []string, at time.Time, window time.Duration) map[string][]model.SamplePair {
+	return p.RawSamples(series, at, window)
+}
+
+func scalar(t *testing.T, p *process, at time.Time, q string) float64 { return p.Scalar(at, q) }
+
+var hostUserName = apptest.HostUserName

@@ -1,84 +1,24 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
-// counterTarget serves n counters that all count the scrapes served: the
-// k-th scrape answers k for each. A stored value therefore names the
-// scrape it came from, and a hole in a series' values is a scrape whose
-// samples are not in the TSDB.
-type counterTarget struct {
-	srv    *httptest.Server
-	n      int
-	mu     sync.Mutex
-	k      int
-	served map[int]time.Time // scrape number -> when its answer was written
-	next   chan int          // scrape numbers, as served; never blocks
-}
+// counterTarget serves n counters that count the scrapes (apptest's).
+type counterTarget = apptest.CounterTarget
 
-func newCounterTarget(t *testing.T, n int) *counterTarget {
-	t.Helper()
-	c := &counterTarget{n: n, served: map[int]time.Time{}, next: make(chan int, 1)}
-	prefix := make([]string, n)
-	for i := range prefix {
-		prefix[i] = fmt.Sprintf("crash_counter_total{series=\"%05d\"} ", i)
-	}
-	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.k++
-		var b strings.Builder
-		b.Grow(n * 32)
-		b.WriteString("# TYPE crash_counter_total counter\n")
-		v := strconv.Itoa(c.k)
-		for _, p := range prefix {
-			b.WriteString(p)
-			b.WriteString(v)
-			b.WriteByte('\n')
-		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_, _ = w.Write([]byte(b.String()))
-		c.served[c.k] = time.Now()
-		select {
-		case <-c.next:
-		default:
-		}
-		c.next <- c.k
-	}))
-	t.Cleanup(c.srv.Close)
-	return c
-}
-
-func (c *counterTarget) addr() string { return strings.TrimPrefix(c.srv.URL, "http://") }
-
-// scrapes is the number of scrapes served so far.
-func (c *counterTarget) scrapes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.k
-}
-
-func (c *counterTarget) servedAt(k int) (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	at, ok := c.served[k]
-	return at, ok
-}
+var newCounterTarget = apptest.NewCounterTarget
 
 // TestCrashKeepsCommittedSamples is the CI size of bench/crash.sh: gpuscope
 // scrapes 5000 counters at 1 s and is killed with SIGKILL just after the
@@ -113,7 +53,7 @@ scrape_configs:
     scrape_timeout: 1s
     static_configs:
       - targets: [%q]
-`, target.addr()))
+`, target.Addr()))
 	testStart := time.Now()
 	p := serve(t, data, "--config.file="+cfg)
 
@@ -124,7 +64,7 @@ scrape_configs:
 			return err
 		}
 		if len(v) != 1 || int(v[0].Value) != series {
-			return fmt.Errorf("series at value %d or more: %v (target served %d scrapes)", before, v, target.scrapes())
+			return fmt.Errorf("series at value %d or more: %v (target served %d scrapes)", before, v, target.Scrapes())
 		}
 		return nil
 	})
@@ -139,11 +79,11 @@ scrape_configs:
 	// Kill just after a scrape was served: gpuscope is then parsing,
 	// appending and committing its 5000 samples.
 	select {
-	case <-target.next: // an earlier one
+	case <-target.Next(): // an earlier one
 	default:
 	}
 	select {
-	case <-target.next:
+	case <-target.Next():
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no scrape served for 10s")
 	}
@@ -152,7 +92,7 @@ scrape_configs:
 	killedAt := time.Now()
 	code := p.wait(30 * time.Second)
 	require.Equal(t, -1, code, "killed by a signal")
-	lastServed := target.scrapes() // the scrape in flight at the kill, if any
+	lastServed := target.Scrapes() // the scrape in flight at the kill, if any
 	t.Logf("killed %s after scrape %d was served", killedAt.Sub(mustServedAt(t, target, lastServed)), lastServed)
 
 	p2 := serve(t, data, "--config.file="+cfg)
@@ -165,7 +105,7 @@ scrape_configs:
 			return err
 		}
 		if len(v) != 1 || int(v[0].Value) != series {
-			return fmt.Errorf("series at value %d or more: %v (target served %d scrapes)", lastServed+after, v, target.scrapes())
+			return fmt.Errorf("series at value %d or more: %v (target served %d scrapes)", lastServed+after, v, target.Scrapes())
 		}
 		return nil
 	})
@@ -191,7 +131,7 @@ scrape_configs:
 	require.Equal(t, float64(lastServed+after), top, "highest value")
 	require.Equal(t, top, scalar(t, p2, endAt, `min(max_over_time(crash_counter_total`+window+`))`), "every series has the same last value")
 	holes := int(top) - int(count)
-	t.Logf("scrapes served %d, samples per series %d, holes %d, failed scrapes %d", target.scrapes(), int(count), holes, failed)
+	t.Logf("scrapes served %d, samples per series %d, holes %d, failed scrapes %d", target.Scrapes(), int(count), holes, failed)
 	require.LessOrEqual(t, holes, 1+failed, "values missing in every series: only the scrape in flight at the kill (and failed scrapes) may be")
 
 	// The probed series in full: every sample returned before the kill is
@@ -250,40 +190,16 @@ scrape_configs:
 
 func mustServedAt(t *testing.T, c *counterTarget, k int) time.Time {
 	t.Helper()
-	at, ok := c.servedAt(k)
+	at, ok := c.ServedAt(k)
 	require.True(t, ok, "scrape %d served", k)
 	return at
 }
 
-// rawSamples returns the raw samples of crash_counter_total for the
-// given series labels over (at-window, at], by series label.
+// rawSamples and scalar read the TSDB of p (apptest's).
 func rawSamples(t *testing.T, p *process, series []string, at time.Time, window time.Duration) map[string][]model.SamplePair {
-	t.Helper()
-	q := fmt.Sprintf(`crash_counter_total{series=~%q}[%ds]`, strings.Join(series, "|"), int(window.Seconds())+1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	v, _, _, err := p.api().Query(ctx, q, at)
-	require.NoError(t, err, q)
-	m, ok := v.(model.Matrix)
-	require.True(t, ok, "%s is a %s", q, v.Type())
-	out := map[string][]model.SamplePair{}
-	for _, s := range m {
-		out[string(s.Metric["series"])] = s.Values
-	}
-	require.Len(t, out, len(series), q)
-	return out
+	return p.client().RawSamples(series, at, window)
 }
 
-// scalar runs an instant query at at whose result is one sample and
-// returns its value.
 func scalar(t *testing.T, p *process, at time.Time, q string) float64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	v, _, _, err := p.api().Query(ctx, q, at)
-	require.NoError(t, err, q)
-	vec, ok := v.(model.Vector)
-	require.True(t, ok, "%s is a %s", q, v.Type())
-	require.Len(t, vec, 1, q)
-	return float64(vec[0].Value)
+	return p.client().Scalar(at, q)
 }

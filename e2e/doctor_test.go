@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -111,47 +110,6 @@ func TestDoctorJSON(t *testing.T) {
 	}
 	require.True(t, names["nvml"])
 	require.False(t, names["appliance"], "--url= skips the running gpuscope")
-}
-
-// TestDoctorRunningAppliance: with serve running, the doctor finds its
-// port held by gpuscope, asks it for its targets and containers, and
-// reports each job's last scrape.
-func TestDoctorRunningAppliance(t *testing.T) {
-	t.Parallel()
-	p := serve(t, "", "--gpu.backend=sim")
-	eventually(t, 60*time.Second, "every target scraped once", func() error {
-		_, body := p.get("/api/v1/targets?state=active")
-		var r struct {
-			Data struct {
-				ActiveTargets []struct {
-					LastScrape time.Time `json:"lastScrape"`
-				} `json:"activeTargets"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal([]byte(body), &r); err != nil {
-			return err
-		}
-		if len(r.Data.ActiveTargets) == 0 {
-			return errors.New("no target yet")
-		}
-		for _, tg := range r.Data.ActiveTargets {
-			if tg.LastScrape.IsZero() {
-				return errors.New("a target not scraped yet")
-			}
-		}
-		return nil
-	})
-	addr := strings.TrimPrefix(p.URL, "http://")
-	out, stderr, code := doctor(t, t.TempDir(), "--web.listen-address="+addr, "--storage.tsdb.path="+p.DataDir)
-	t.Logf("gpuscope doctor:\n%s%s", out, stderr)
-	require.Regexp(t, `(?m)^ok +listen +`+regexp.QuoteMeta(addr)+` is in use by a running gpuscope$`, out)
-	require.Regexp(t, `(?m)^ok +appliance +gpuscope answers at http://localhost:\d+, 3 active targets$`, out)
-	for _, job := range []string{"gpuscope", "cadvisor", "gpu"} {
-		require.Regexp(t, `(?m)^ok +scrape/`+job+` +e2e-node last scraped \d+s ago$`, out)
-	}
-	require.Regexp(t, `(?m)^(ok|warn) +containers +cAdvisor sees e2e-node: \d+ cgroups, \d+ with an image`, out)
-	require.Regexp(t, `(?m)^ok +data-dir +`+regexp.QuoteMeta(p.DataDir)+` writable, .*, TSDB \d`, out)
-	require.NotEqual(t, 2, code)
 }
 
 // TestDoctorBadConfig: a config that serve would refuse stops the doctor

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuscope/gpuscope/workload"
 )
 
 // CgroupRoot is where the cgroup filesystems are mounted.
@@ -171,4 +173,15 @@ func PasswdFixture(t testing.TB) string {
 	p := filepath.Join(t.TempDir(), "passwd")
 	require.NoError(t, os.WriteFile(p, []byte("root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000:Alice:/home/alice:/bin/sh\n"), 0o644))
 	return p
+}
+
+// HostUserName is the host passwd's name of uid, or the uid itself.
+func HostUserName(t testing.TB, uid uint32) string {
+	t.Helper()
+	names, _, err := workload.ReadPasswdFile("/etc/passwd")
+	require.NoError(t, err)
+	if n, ok := names[uid]; ok {
+		return n
+	}
+	return strconv.FormatUint(uint64(uid), 10)
 }

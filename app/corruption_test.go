@@ -1,4 +1,4 @@
-package e2e
+package app_test
 
 import (
 	"encoding/json"
@@ -8,13 +8,15 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app"
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
 // blockMeta is what the test reads of a block's meta.json.
@@ -60,7 +62,7 @@ func TestCorruptionRepairedAtStart(t *testing.T) {
 	// 96 KiB waited for below on their own: the process's own metrics
 	// (88 series since the series diet) add little.
 	const series = 3000
-	target := newCounterTarget(t, series)
+	target := apptest.NewCounterTarget(t, series)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	cfg := writeConfig(t, dir, fmt.Sprintf(`
@@ -73,8 +75,8 @@ scrape_configs:
   - job_name: corrupt
     static_configs:
       - targets: [%q]
-`, target.addr()))
-	args := []string{"--config.file=" + cfg, "--storage.tsdb.min-block-duration=10s"}
+`, target.Addr()))
+	args := []apptest.Option{configFile(cfg), with(func(s *app.Settings) { s.MinBlockDuration = 10 * time.Second })}
 	testStart := time.Now()
 	p := serve(t, data, args...)
 
@@ -85,7 +87,7 @@ scrape_configs:
 		if len(bb) < 2 {
 			return fmt.Errorf("%d blocks", len(bb))
 		}
-		if first, ok := target.servedAt(1); !ok || time.UnixMilli(bb[len(bb)-2].MaxTime).Sub(first) < 6*time.Second {
+		if first, ok := target.ServedAt(1); !ok || time.UnixMilli(bb[len(bb)-2].MaxTime).Sub(first) < 6*time.Second {
 			return fmt.Errorf("the blocks before the newest end less than 6 s after the first scrape: %v", bb)
 		}
 		return nil
@@ -115,8 +117,7 @@ scrape_configs:
 		}
 		return nil
 	})
-	p.signal(syscall.SIGTERM)
-	require.Equal(t, 0, p.wait(30*time.Second), "exit code after SIGTERM")
+	require.NoError(t, p.stop(), "a clean stop (the binary exits 0 after SIGTERM)")
 	bb := blocks(t, data)
 	require.GreaterOrEqual(t, len(bb), 2, "blocks")
 
@@ -200,7 +201,7 @@ scrape_configs:
 	}
 
 	// And it goes on ingesting.
-	k := target.scrapes()
+	k := target.Scrapes()
 	eventually(t, 30*time.Second, "new scrapes stored after the repair", func() error {
 		v, err := p2.instant(`count(crash_counter_total > ` + strconv.Itoa(k+2) + `)`)
 		if err != nil {

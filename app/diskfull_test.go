@@ -1,6 +1,6 @@
 //go:build linux
 
-package e2e
+package app_test
 
 import (
 	"encoding/json"
@@ -15,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alecthomas/units"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuscope/gpuscope/app"
+	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
 // TestDiskFull runs gpuscope on a 64 MiB tmpfs with a 4 MiB disk reserve
@@ -45,7 +49,7 @@ global:
 cadvisor: {enabled: false}
 gpu: {backend: none}
 `)
-	args := []string{"--config.file=" + cfg, "--storage.tsdb.disk-reserve=4MB"}
+	args := []apptest.Option{configFile(cfg), with(func(s *app.Settings) { s.DiskReserve = 4 * units.MiB })}
 	p := serve(t, data, args...)
 	reserve := filepath.Join(data, "disk-reserve")
 	eventually(t, 30*time.Second, "reserve taken and some scrapes stored", func() error {
@@ -106,10 +110,8 @@ gpu: {backend: none}
 	require.Equal(t, 200, code, "range query on a full disk: %s", body)
 	code, _ = p.get("/-/healthy")
 	require.Equal(t, 200, code)
-	select {
-	case <-p.exited:
-		t.Fatalf("gpuscope exited on a full disk: %v", p.exitErr)
-	default:
+	if exited, err := p.app.Exited(); exited {
+		t.Fatalf("gpuscope stopped on a full disk: %v", err)
 	}
 
 	// Space back: ingestion resumes and the reserve is taken again, by
@@ -138,8 +140,7 @@ gpu: {backend: none}
 	nAll := scalar(t, p, stoppedAt, upCount)
 	failedText := selfMetricText(p, "gpuscope_tsdb_commits_failed_disk_full_total")
 
-	p.signal(syscall.SIGTERM)
-	require.Equal(t, 0, p.wait(30*time.Second), "exit code after SIGTERM")
+	require.NoError(t, p.stop(), "a clean stop (the binary exits 0 after SIGTERM)")
 
 	// Opens as it was: no WAL repair, no block set aside, and the samples
 	// from before the disk filled, from while the reserve's room lasted
