@@ -200,7 +200,7 @@ func TestReadmeRuleTables(t *testing.T) {
 // command that .ci/run runs, word for word.
 func TestReadmeCommands(t *testing.T) {
 	const build = "go build -o gpuscope . && ./gpuscope serve\n"
-	const test = "go test -race -timeout 30m ./...\n"
+	const test = "scripts/test\n"
 	doc := readme(t)
 	quick := codeBlocks(section(t, doc, "## Quick start"), "sh")
 	require.NotEmpty(t, quick)

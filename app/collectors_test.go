@@ -43,7 +43,9 @@ func TestNodeCollectorsShareWorkloads(t *testing.T) {
 	// The host's passwd as the workloads: section names it.
 	cfg.Workloads.PasswdFile = filepath.Join(t.TempDir(), "passwd")
 	require.NoError(t, os.WriteFile(cfg.Workloads.PasswdFile, []byte("alice:x:1000:1000::/home/alice:/bin/sh\n"), 0o644))
-	cfg.Cadvisor.HousekeepingInterval = model.Duration(200 * time.Millisecond)
+	// The in-process tests' interval: cAdvisor has one per process, and the
+	// first collector of the process sets it (scrape/cadvisor/processwide.go).
+	cfg.Cadvisor.HousekeepingInterval = model.Duration(time.Second)
 	cfg.GPU.Config, cfg.GPU.Sim = gpu.DefaultConfig(), sim.DefaultConfig()
 	cfg.GPU.Backend = gpu.BackendSim
 	cfg.GPU.Interval = model.Duration(150 * time.Millisecond) // above GPM's 100 ms minimum

@@ -158,16 +158,23 @@ scrape_configs:
 	}
 
 	// Served: every sample outside the damaged block and before the WAL
-	// damage, exactly; none from the damaged block. A sample in the head
-	// may be up to a scrape older than kept_until (the newest sample of
-	// any series) and still be lost with the damaged WAL records.
+	// damage, exactly; none from the damaged block. A series' samples are
+	// in the WAL in the order of its scrapes, and the repair keeps the
+	// records before the damage: so of a series' samples in the head, it
+	// keeps those up to its newest one served, every one, and loses the
+	// rest (kept_until is the newest of any series).
 	got := rawSamples(t, p2, probes, refAt, window)
 	lastBlockEnd := bb[len(bb)-1].MaxTime
 	for _, s := range probes {
 		have := map[model.Time]model.SampleValue{}
+		var keptUpTo model.Time
 		for _, sp := range got[s] {
 			have[sp.Timestamp] = sp.Value
+			if int64(sp.Timestamp) >= lastBlockEnd {
+				keptUpTo = max(keptUpTo, sp.Timestamp)
+			}
 		}
+		require.False(t, keptUpTo.Time().After(keptUntil), "series %s: served up to %s, after the repair's kept_until %s", s, keptUpTo.Time(), keptUntil)
 		var inBlocks, inHead, lost, inBad, recovered int
 		for _, sp := range ref[s] {
 			ts := int64(sp.Timestamp)
@@ -185,8 +192,8 @@ scrape_configs:
 				require.True(t, ok, "series %s: sample %v @%v of an undamaged block not served", s, sp.Value, sp.Timestamp)
 				require.Equal(t, sp.Value, v)
 				inBlocks++
-			case sp.Timestamp.Time().Before(keptUntil.Add(-2 * time.Second)):
-				require.True(t, ok, "series %s: sample %v @%v of the WAL before the damage (kept until %s) not served", s, sp.Value, sp.Timestamp, keptUntil)
+			case sp.Timestamp <= keptUpTo:
+				require.True(t, ok, "series %s: sample %v @%v of the WAL before the damage (the series kept until %v) not served", s, sp.Value, sp.Timestamp, keptUpTo)
 				require.Equal(t, sp.Value, v)
 				inHead++
 			case !ok:

@@ -59,12 +59,19 @@ gpu:
 		"GPUHardwareSlowdown/5", "GPUThermalSlowdown/5/sw_thermal", "GPUThermalSlowdown/5/hw_thermal",
 		"GPUMissing/",
 	}
-	var firing map[string]promv1.Alert
+	// Each alert as it was seen firing: the faults are independent, and a
+	// fault that stops (NVLink recovery errors, a GPU that is back) may
+	// resolve its alert before another's has fired on a busy machine.
+	firing := map[string]promv1.Alert{}
 	eventually(t, 150*time.Second, "every hardware alert firing", func() error {
-		var err error
-		firing, err = hardwareAlertsFiring(p)
+		now, err := hardwareAlertsFiring(p)
 		if err != nil {
 			return err
+		}
+		for k, a := range now {
+			if _, seen := firing[k]; !seen {
+				firing[k] = a
+			}
 		}
 		var missing []string
 		for _, k := range want {
@@ -77,7 +84,7 @@ gpu:
 		}
 		return nil
 	})
-	t.Logf("all %d hardware alerts firing %s after start", len(want), time.Since(started).Round(time.Second))
+	t.Logf("each of the %d hardware alerts seen firing within %s of start", len(want), time.Since(started).Round(time.Second))
 
 	for _, k := range want {
 		a := firing[k]

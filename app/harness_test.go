@@ -42,7 +42,13 @@ func TestMain(m *testing.M) {
 	// cAdvisor logs through klog, process-wide, as the binary sets it;
 	// its lines are of no test's concern.
 	klog.SetSlogLogger(slog.New(slog.DiscardHandler))
-	os.Exit(m.Run())
+	undo, err := apptest.FavourProcess()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the appliances run at the default CPU weight beside the favoured burners: %v\n", err)
+	}
+	code := m.Run()
+	undo()
+	os.Exit(code)
 }
 
 // process is an appliance or an agent running in this process, with

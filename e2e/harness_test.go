@@ -1,6 +1,5 @@
-// Package e2e builds the gpuscope binary and tests it from the outside, the
-// way users and Grafana meet it: as a process with flags, a config file, a
-// data directory and an HTTP API.
+//go:build e2e
+
 package e2e
 
 import (
@@ -50,26 +49,46 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	dir, err := os.MkdirTemp("", "gpuscope-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	// scripts/test builds the binary and the neighbour tools once for all
+	// its tiers: $GPUSCOPE_TEST_BIN is their directory, kept; without it
+	// each run builds into a directory of its own.
+	dir, keep := os.Getenv(testBinEnv), true
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "gpuscope-e2e-bin"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		keep = false
 	}
 	binary = filepath.Join(dir, "gpuscope")
-	// Without the symbol table and DWARF, which no test reads: a quarter
-	// less work for the linker.
-	build := exec.Command("go", "build", "-ldflags=-s -w", "-o", binary, "..")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	// go-nvml's header marks some NVML calls deprecated; the warnings
-	// are noise. -O2 -g are cgo's defaults, which CGO_CFLAGS replaces.
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
-	if err := build.Run(); err != nil {
+	if _, err := os.Stat(binary); keep && err == nil {
+		// Built by an earlier tier of this scripts/test run.
+	} else if err := buildBinary(binary); err != nil {
 		fmt.Fprintln(os.Stderr, "build gpuscope:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	if !keep {
+		os.RemoveAll(dir)
+	}
 	os.Exit(code)
+}
+
+// testBinEnv names the directory scripts/test builds the test programs
+// into once per run.
+const testBinEnv = "GPUSCOPE_TEST_BIN"
+
+// buildBinary builds gpuscope at path.
+func buildBinary(path string) error {
+	// Without the symbol table and DWARF, which no test reads: a quarter
+	// less work for the linker.
+	build := exec.Command("go", "build", "-ldflags=-s -w", "-o", path, "..")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	// go-nvml's header marks some NVML calls deprecated; the warnings
+	// are noise. -O2 -g are cgo's defaults, which CGO_CFLAGS replaces.
+	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	return build.Run()
 }
 
 // process is a running gpuscope.

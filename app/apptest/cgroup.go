@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -184,4 +185,61 @@ func HostUserName(t testing.TB, uid uint32) string {
 		return n
 	}
 	return strconv.FormatUint(uint64(uid), 10)
+}
+
+// FavourProcess moves this process into a cgroup of its own with the CPU
+// weight FavourCPU gives a burner, and returns what moves it back and
+// removes the cgroup. The tests that burn CPU in favoured cgroups would
+// otherwise take the machine from the appliances running in this
+// process (each task of the root group weighs a tenth of such a cgroup),
+// which then miss their scrapes and rule evaluations. Where the kernel
+// refuses (not root, no cpu controller) it says why and changes nothing.
+func FavourProcess() (undo func(), why error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(CgroupRoot, &st); err != nil {
+		return func() {}, err
+	}
+	dir, file := filepath.Join(CgroupRoot, "cpu"), "cpu.shares"
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		dir, file = CgroupRoot, "cpu.weight"
+	}
+	back := dir
+	if own, err := ownCgroupV1("cpu"); err == nil && st.Type != unix.CGROUP2_SUPER_MAGIC {
+		back = filepath.Join(dir, own)
+	}
+	d := filepath.Join(back, fmt.Sprintf("gpuscope-test-%d", os.Getpid()))
+	if err := os.Mkdir(d, 0o755); err != nil {
+		return func() {}, err
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(d, file), []byte(CPUWeights[file]), 0o644); err != nil {
+		os.Remove(d)
+		return func() {}, err
+	}
+	if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), pid, 0o644); err != nil {
+		os.Remove(d)
+		return func() {}, err
+	}
+	return func() {
+		_ = os.WriteFile(filepath.Join(back, "cgroup.procs"), pid, 0o644)
+		for i := 0; i < 50 && os.Remove(d) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}, nil
+}
+
+// ownCgroupV1 is this process's path in the cgroup v1 hierarchy of
+// controller, from /proc/self/cgroup.
+func ownCgroupV1(controller string) (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), controller) {
+			return parts[2], nil
+		}
+	}
+	return "", fmt.Errorf("no %s controller in /proc/self/cgroup", controller)
 }

@@ -80,6 +80,9 @@ type Collector struct {
 	// runtimesWhy says, per runtime probed before start, why it will be
 	// measured as raw cgroups (set by newManager, read once by Run).
 	runtimesWhy map[string]string
+	// found and missing are the runtimes whose factories cAdvisor
+	// registered at start, and those it did not.
+	found, missing []string
 
 	started  chan struct{}   // closed once Run has tried to create and start the manager
 	manager  manager.Manager // set before started is closed; nil if that failed
@@ -142,7 +145,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	c.manager = m
 	close(c.started)
-	found, missing := registeredRuntimes()
+	found, missing := c.found, c.missing
 	attrs := []any{"housekeeping_interval", c.interval, "metrics", strings.Join(MetricSetNames(c.metrics), ","),
 		"runtimes", joinOrNone(found), "runtimes_not_found", joinOrNone(missing)}
 	level := slog.LevelInfo
@@ -181,7 +184,17 @@ func (c *Collector) start(ctx context.Context) (manager.Manager, error) {
 	// Start creates the root container and those already there, each
 	// with its first housekeeping at once, so the first scrape after it
 	// has them.
-	if err := m.Start(); err != nil {
+	// Start registers the runtimes' factories in cAdvisor's process-wide
+	// list, which registeredRuntimes reads without cAdvisor's (unexported)
+	// lock: both under processWide's, so that another collector of the
+	// process starting does not write the list while it is read.
+	processWide.Lock()
+	err = m.Start()
+	if err == nil {
+		c.found, c.missing = registeredRuntimes()
+	}
+	processWide.Unlock()
+	if err != nil {
 		return nil, fmt.Errorf("start cAdvisor manager: %w", err)
 	}
 	c.waitForRootStats(ctx, m)
