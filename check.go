@@ -25,12 +25,13 @@ func checkConfigCommand(cli *kingpin.Application) command {
 	}}
 }
 
-// checkConfigFiles checks each file as serve loads it: SUCCESS on stdout,
+// checkConfigFiles checks each file as serve loads it, on start and on
+// reload: SUCCESS on stdout,
 // FAILED with every error (file:line: key: what) or WARNING on stderr. It
 // returns how many files failed.
 func checkConfigFiles(files []string, stdout, stderr io.Writer, logger *slog.Logger) (failed int) {
 	for _, f := range files {
-		cfg, err := checkConfig(f, logger)
+		cfg, err := config.Loader{File: f, Logger: logger}.Load()
 		if err != nil {
 			// One error per line, below the first.
 			fmt.Fprintf(stderr, "FAILED: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n        "))
@@ -43,9 +44,4 @@ func checkConfigFiles(files []string, stdout, stderr io.Writer, logger *slog.Log
 		fmt.Fprintf(stdout, "SUCCESS: %s is valid gpuscope config\n", f)
 	}
 	return failed
-}
-
-// checkConfig runs the same validation serve runs at start and on reload.
-func checkConfig(file string, logger *slog.Logger) (*config.Config, error) {
-	return config.Loader{File: file, Logger: logger}.Load()
 }

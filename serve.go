@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/model"
@@ -37,7 +36,7 @@ func serveCommand(cli *kingpin.Application) command {
 	c.Flag("storage.tsdb.wal-compression-type", "WAL compression: snappy, zstd or none.").Default("snappy").EnumVar(&s.WALCompression, "snappy", "zstd", "none")
 	c.Flag("storage.tsdb.verify-blocks", "At start, read every block's index and chunks and move damaged blocks to <data>/corrupted instead of serving them. --no-storage.tsdb.verify-blocks checks only that blocks open.").Default("true").BoolVar(&s.VerifyBlocks)
 	c.Flag("storage.tsdb.disk-reserve", "Space held in <data>/disk-reserve and freed when the disk fills, so that gpuscope's own metrics and the GpuscopeStorageFailing alert are still stored; taken again when free space is back. 0 = none.").Default("64MB").BytesVar(&s.DiskReserve)
-	c.Flag("storage.tsdb.min-block-duration", "Time the head spans before it is compacted into a block. For use in testing.").Hidden().Default("2h").SetValue(duration(&s.MinBlockDuration))
+	c.Flag("storage.tsdb.min-block-duration", "Time the head spans before it is compacted into a block. For use in testing.").Hidden().Default("2h").SetValue((*model.Duration)(&s.MinBlockDuration))
 	c.Flag("web.listen-address", "Address to listen on for the API, the collectors' /metrics and the status page. Default "+app.DefaultListenAddress+" or the config file's web.listen_address.").IsSetByUser(&f.listenSet).Default(app.DefaultListenAddress).StringVar(&s.ListenAddress)
 	c.Flag("web.external-url", "URL under which gpuscope is reachable (for alert links). Default: http://<node name>:<port>/.").StringVar(&s.ExternalURL)
 	c.Flag("web.cors.origin", `Regex of origins allowed to call the API, anchored. Example: 'https?://(domain1|domain2)\.com'`).IsSetByUser(&f.corsSet).Default(".*").StringVar(&s.CORSOrigin)
@@ -49,14 +48,14 @@ func serveCommand(cli *kingpin.Application) command {
 	c.Flag("web.max-request-body-size", "Largest request body accepted by any endpoint.").Default("32MB").BytesVar(&s.MaxRequestBodyBytes)
 	c.Flag("web.enable-remote-write-receiver", "Accept Prometheus remote-write pushes at /api/v1/write.").BoolVar(&s.EnableRemoteWriteReceiver)
 	c.Flag("web.enable-otlp-receiver", "Accept OTLP metrics pushes at /api/v1/otlp/v1/metrics.").BoolVar(&s.EnableOTLPReceiver)
-	c.Flag("storage.remote.flush-deadline", "How long to wait flushing remote-write samples on shutdown or config reload.").Default("1m").SetValue(duration(&s.RemoteFlushDeadline))
-	c.Flag("query.timeout", "Maximum time a query may take before it is aborted.").Default("2m").SetValue(duration(&s.QueryTimeout))
+	c.Flag("storage.remote.flush-deadline", "How long to wait flushing remote-write samples on shutdown or config reload.").Default("1m").SetValue((*model.Duration)(&s.RemoteFlushDeadline))
+	c.Flag("query.timeout", "Maximum time a query may take before it is aborted.").Default("2m").SetValue((*model.Duration)(&s.QueryTimeout))
 	c.Flag("query.max-samples", "Maximum number of samples a single query can load into memory.").Default("50000000").IntVar(&s.MaxSamples)
 	c.Flag("query.max-concurrency", "Maximum number of queries executed concurrently; the others wait. 0: the CPUs gpuscope may use (GOMAXPROCS, which follows a cgroup CPU limit), at most Prometheus's 20: a query runs on one CPU, and more queries than CPUs only take turns, with each other and with the scrapes.").Default("0").IntVar(&s.MaxConcurrency)
-	c.Flag("query.lookback-delta", "How far back to look for a sample of a series at an instant.").Default("5m").SetValue(duration(&s.LookbackDelta))
-	c.Flag("rules.alert.for-outage-tolerance", "Max time to tolerate a gpuscope outage for restoring the \"for\" state of alerts.").Default("1h").SetValue(duration(&s.OutageTolerance))
-	c.Flag("rules.alert.for-grace-period", "Minimum duration between an alert and its restored \"for\" state, for alerts whose \"for\" is longer.").Default("10m").SetValue(duration(&s.ForGracePeriod))
-	c.Flag("rules.alert.resend-delay", "Minimum time to wait before resending an alert to Alertmanager.").Default("1m").SetValue(duration(&s.ResendDelay))
+	c.Flag("query.lookback-delta", "How far back to look for a sample of a series at an instant.").Default("5m").SetValue((*model.Duration)(&s.LookbackDelta))
+	c.Flag("rules.alert.for-outage-tolerance", "Max time to tolerate a gpuscope outage for restoring the \"for\" state of alerts.").Default("1h").SetValue((*model.Duration)(&s.OutageTolerance))
+	c.Flag("rules.alert.for-grace-period", "Minimum duration between an alert and its restored \"for\" state, for alerts whose \"for\" is longer.").Default("10m").SetValue((*model.Duration)(&s.ForGracePeriod))
+	c.Flag("rules.alert.resend-delay", "Minimum time to wait before resending an alert to Alertmanager.").Default("1m").SetValue((*model.Duration)(&s.ResendDelay))
 	c.Flag("alertmanager.notification-queue-capacity", "Alerts queued for Alertmanager before the oldest are dropped.").Default("10000").IntVar(&s.NotificationQueue)
 	c.Flag("alertmanager.drain-notification-queue-on-shutdown", "Send the queued alerts before shutting down.").Default("true").BoolVar(&s.DrainNotifications)
 	c.Flag("gpu.backend", "GPU backend: auto, nvml, sim or none. Default: the config file's gpu.backend (auto).").EnumVar(&s.GPUBackend, gpu.BackendAuto, gpu.BackendNVML, gpu.BackendSim, gpu.BackendNone)
@@ -117,17 +116,3 @@ func runWithSignals(ctx context.Context, r interface {
 	}()
 	return r.Run(ctx)
 }
-
-// duration is a flag of a Prometheus duration (15d, 1h30m) into a
-// time.Duration.
-func duration(d *time.Duration) kingpin.Value { return (*promDuration)(d) }
-
-type promDuration time.Duration
-
-func (d *promDuration) Set(v string) error {
-	m, err := model.ParseDuration(v)
-	*d = promDuration(m)
-	return err
-}
-
-func (d *promDuration) String() string { return model.Duration(*d).String() }

@@ -154,6 +154,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, r.stopAll()) }()
 	r.start("web", func(ctx context.Context) error { return a.web.Run(ctx, a.listener) })
 	a.collectors.start(r)
+	a.collectors.startSimulated(r) // an agent has nothing to open first
 	a.web.SetReady(true)
 	a.logger.Info("gpuscope agent is ready; list it in the appliance's nodes: section",
 		"listen", a.listener.Addr().String(), "node", a.nodeName,

@@ -333,9 +333,12 @@ func (a *Appliance) buildWeb() error {
 		Overview: web.OverviewOptions{
 			Now:            a.now,
 			ScrapeInterval: func() time.Duration { return a.config.Load().ScrapeInterval() },
-			Health:         a.healthChecks,
+			Health:         a.health.Checks,
 			GrafanaURL:     func() string { return a.config.Load().Web.GrafanaURL },
-			Notifications:  a.notifications,
+			Notifications: func(ctx context.Context) *web.Notifications {
+				st, err := a.am.Status(ctx)
+				return web.NewNotifications(st, err, len(a.config.Load().Prometheus.AlertingConfig.AlertmanagerConfigs))
+			},
 		},
 		Self: a.self,
 		GPUProcesses: web.NewNodeProcesses(web.NodeProcessesOptions{
@@ -442,6 +445,7 @@ func (a *Appliance) Run(ctx context.Context) (err error) {
 	if err := a.applyConfig(a.config.Load()); err != nil {
 		return fmt.Errorf("apply initial config: %w", err)
 	}
+	a.collectors.startSimulated(r)
 	r.start("scrape", a.scraper.Run)
 	// The rule manager stops before the notifier, which then sends what
 	// the last evaluations queued, to the Alertmanagers and the embedded

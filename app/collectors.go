@@ -24,6 +24,9 @@ type nodeCollectors struct {
 	gpu      *gpu.Collector
 	// gpuLogger gets what /metrics/gpu's handler could not serve.
 	gpuLogger *slog.Logger
+	// simulated is the sim backend's GPU collector, started late
+	// (startSimulated).
+	simulated bool
 }
 
 func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger) (*nodeCollectors, error) {
@@ -66,6 +69,7 @@ func newNodeCollectors(cfg *config.Config, nodeName string, logger *slog.Logger)
 			Workloads:       workloads,
 		}
 		if cfg.GPU.Backend == gpu.BackendSim {
+			c.simulated = true
 			o.NewBackend = func(env *gpu.BackendEnv) (gpu.Backend, error) {
 				return sim.New(sim.Options{Config: cfg.GPU.Sim}, env)
 			}
@@ -100,12 +104,24 @@ func (c *nodeCollectors) mount(h *web.Handler) {
 	h.MountMetrics("/metrics/gpu", gpuHandler)
 }
 
-// start runs the collectors.
+// start runs the collectors, but a simulated GPU's: they start before the
+// TSDB opens, so that the first scrape finds cAdvisor housekept and NVML
+// initialised.
 func (c *nodeCollectors) start(r *runner) {
 	if c.cadvisor != nil {
 		r.start("cadvisor", c.cadvisor.Run)
 	}
-	if c.gpu != nil {
+	if c.gpu != nil && !c.simulated {
+		r.start("gpu", c.gpu.Run)
+	}
+}
+
+// startSimulated runs the simulated GPUs' collector. Their scenarios' clock
+// starts when the sim opens; opened as scraping begins, a slow start (a
+// long WAL replay, a loaded machine) does not eat the first simulated
+// minutes, and the first scrape sees every scenario from its start.
+func (c *nodeCollectors) startSimulated(r *runner) {
+	if c.gpu != nil && c.simulated {
 		r.start("gpu", c.gpu.Run)
 	}
 }

@@ -53,16 +53,6 @@ func (a *Appliance) doctorChecks(ctx context.Context) []doctor.Check {
 	})
 }
 
-// healthChecks are the Health block's lines: the last checks, refreshed
-// in the background.
-func (a *Appliance) healthChecks(ctx context.Context) []web.HealthCheck {
-	var out []web.HealthCheck
-	for _, c := range a.health.Checks(ctx) {
-		out = append(out, web.HealthCheck{Name: c.Name, Status: c.Status, Summary: c.Summary, Hint: c.Hint})
-	}
-	return out
-}
-
 func (a *Appliance) runtimeInfo() (apiv1.RuntimeInfo, error) {
 	cwd, _ := os.Getwd()
 	return apiv1.RuntimeInfo{

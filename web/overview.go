@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/rules"
 	"github.com/prometheus/prometheus/scrape"
+
+	"github.com/gpuscope/gpuscope/doctor"
 )
 
 // OverviewOptions configure the overview page at /.
@@ -32,7 +34,7 @@ type OverviewOptions struct {
 	// runs longer says "query timed out". Default 10s.
 	QueryTimeout time.Duration
 	// Health runs the checks of the Health block; nil: no block.
-	Health func(ctx context.Context) []HealthCheck
+	Health func(ctx context.Context) []doctor.Check
 	// GrafanaURL returns the configured Grafana (web.grafana_url); the
 	// page links each dashboard to <GrafanaURL>/d/<uid>. Nil or "": none.
 	GrafanaURL func() string
@@ -46,15 +48,6 @@ type OverviewOptions struct {
 	// Notifications returns the Notifications block (serve's embedded
 	// Alertmanager); nil: no block.
 	Notifications func(ctx context.Context) *Notifications
-}
-
-// HealthCheck is one line of the Health block: what `gpuscope doctor`
-// reports (web does not import doctor; the caller converts).
-type HealthCheck struct {
-	Name    string
-	Status  string // ok, warn or fail
-	Summary string
-	Hint    string
 }
 
 //go:embed overview/overview.html overview/overview.css
@@ -105,7 +98,7 @@ type overviewPage struct {
 	Nodes        []*nodeView
 	Alerts       []alertView
 	Down         []targetView
-	Health       []HealthCheck
+	Health       []doctor.Check
 	HealthShown  bool
 	Dashboards   []dashboardLink
 	Lines        []StatusLine

@@ -3,18 +3,21 @@ package web
 import (
 	"context"
 	"embed"
+	"fmt"
 	"html/template"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpuscope/gpuscope/alertmanager"
+	"github.com/gpuscope/gpuscope/doctor"
 )
 
 // The overview's Notifications block: where alerts go (each receiver's
 // last attempt and its result), the active silences, and the alerts the
 // embedded Alertmanager does not send now and why. Read-only: changes go
-// through amtool or the API. The values are plain, so that web does not
-// import the alertmanager package; serve fills them in
-// (OverviewOptions.Notifications).
+// through amtool or the API. NewNotifications makes it from the embedded
+// Alertmanager's status (OverviewOptions.Notifications).
 
 // Notifications is what the block shows, as of one moment.
 type Notifications struct {
@@ -55,6 +58,45 @@ type NotifiedAlert struct {
 	// SilencedBy are silence IDs; InhibitedBy the inhibiting alerts,
 	// named; MutedBy the time intervals muting it now.
 	SilencedBy, InhibitedBy, MutedBy []string
+}
+
+// NewNotifications is the block for the embedded Alertmanager's status st
+// (statusErr: why it has none), with externalAlertmanagers the number of
+// alerting.alertmanagers set, which get every alert too.
+func NewNotifications(st alertmanager.Status, statusErr error, externalAlertmanagers int) *Notifications {
+	n := &Notifications{Fix: doctor.AlertsHint}
+	if k := externalAlertmanagers; k > 0 {
+		n.External = fmt.Sprintf("the Alertmanagers of alerting.alertmanagers (%d set%s)", k, map[bool]string{true: "s"}[k > 1])
+	} else {
+		n.Nobody = st.Nobody
+	}
+	if statusErr != nil {
+		n.Err = statusErr.Error()
+	}
+	for _, d := range st.Deliveries {
+		n.Deliveries = append(n.Deliveries, Delivery{
+			Receiver:    d.Receiver,
+			Integration: fmt.Sprintf("%s[%d]", d.Integration, d.Index),
+			LastAttempt: d.LastAttempt,
+			LastSuccess: d.LastSuccess,
+			LastError:   d.LastError,
+			Attempts:    d.Attempts,
+			Failures:    d.Failures,
+		})
+	}
+	for _, s := range st.Silences {
+		n.Silences = append(n.Silences, Silence{ID: s.ID, CreatedBy: s.CreatedBy, Comment: s.Comment,
+			Matchers: s.Matchers, StartsAt: s.StartsAt, EndsAt: s.EndsAt})
+	}
+	for _, al := range st.Alerts {
+		ls := make(map[string]string, len(al.Labels))
+		for k, v := range al.Labels {
+			ls[string(k)] = string(v)
+		}
+		n.Alerts = append(n.Alerts, NotifiedAlert{Labels: ls, SilencedBy: al.SilencedBy,
+			InhibitedBy: al.InhibitedBy, MutedBy: al.MutedBy})
+	}
+	return n
 }
 
 //go:embed overview/notifications.html

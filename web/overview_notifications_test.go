@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/alertmanager"
+	"github.com/gpuscope/gpuscope/doctor"
 )
 
 // section returns the element of body that starts with start, up to its
@@ -113,4 +117,37 @@ func TestOverviewNotifications(t *testing.T) {
 	f := newOverview(t, overviewLoad, nil, OverviewOptions{})
 	_, body := get(t, f.srv.URL+"/")
 	require.NotContains(t, body, `id="notifications"`)
+}
+
+// TestNewNotifications: the block made from the embedded Alertmanager's
+// status: integrations named with their index, alerts' labels as strings;
+// with Alertmanagers of alerting.alertmanagers set, alerts reach them and
+// the embedded one's "nobody" is not said; a status error is shown with
+// what the Alertmanager still gave.
+func TestNewNotifications(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	st := alertmanager.Status{
+		Nobody:     "the alertmanager: section has no receivers",
+		Deliveries: []alertmanager.Delivery{{Receiver: "ops", Integration: "email", Index: 1, LastAttempt: at, LastError: "refused", Attempts: 2, Failures: 1}},
+		Silences:   []alertmanager.Silence{{ID: "s-1", CreatedBy: "ana", Matchers: `alertname="X"`, EndsAt: at}},
+		Alerts:     []alertmanager.Alert{{Labels: model.LabelSet{"alertname": "X", "gpu": "3"}, SilencedBy: []string{"s-1"}}},
+	}
+	n := NewNotifications(st, nil, 0)
+	require.Equal(t, st.Nobody, n.Nobody)
+	require.Empty(t, n.External)
+	require.Empty(t, n.Err)
+	require.Equal(t, doctor.AlertsHint, n.Fix)
+	require.Equal(t, []Delivery{{Receiver: "ops", Integration: "email[1]", LastAttempt: at, LastError: "refused", Attempts: 2, Failures: 1}}, n.Deliveries)
+	require.Equal(t, []Silence{{ID: "s-1", CreatedBy: "ana", Matchers: `alertname="X"`, EndsAt: at}}, n.Silences)
+	require.Equal(t, []NotifiedAlert{{Labels: map[string]string{"alertname": "X", "gpu": "3"}, SilencedBy: []string{"s-1"}}}, n.Alerts)
+
+	n = NewNotifications(st, nil, 2)
+	require.Equal(t, "the Alertmanagers of alerting.alertmanagers (2 sets)", n.External)
+	require.Empty(t, n.Nobody, "alerts reach the external Alertmanagers")
+	require.Equal(t, "the Alertmanagers of alerting.alertmanagers (1 set)", NewNotifications(st, nil, 1).External)
+
+	n = NewNotifications(alertmanager.Status{Nobody: st.Nobody}, alertmanager.ErrNotRunning, 0)
+	require.Equal(t, alertmanager.ErrNotRunning.Error(), n.Err)
+	require.Equal(t, st.Nobody, n.Nobody)
+	require.Empty(t, n.Deliveries)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/dashboards"
+	"github.com/gpuscope/gpuscope/doctor"
 )
 
 // overviewLoad is an hour of two nodes at 15 s: node-a has a whole GPU
@@ -346,8 +347,8 @@ func TestOverviewQueryTimeout(t *testing.T) {
 }
 
 func TestOverviewAlertsAndHealth(t *testing.T) {
-	f := newOverview(t, overviewLoad, nil, OverviewOptions{Health: func(context.Context) []HealthCheck {
-		return []HealthCheck{
+	f := newOverview(t, overviewLoad, nil, OverviewOptions{Health: func(context.Context) []doctor.Check {
+		return []doctor.Check{
 			{Name: "nvml", Status: "warn", Summary: "no NVIDIA driver found, GPU metrics off", Hint: "install the driver"},
 			{Name: "data-dir", Status: "ok", Summary: "writable, <b>90%</b> free"},
 		}
