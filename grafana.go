@@ -19,14 +19,7 @@ func dashboardsExportCommand(cli *kingpin.Application) command {
 		if err != nil {
 			return err
 		}
-		files, err := dashboards.Export(set, *dir)
-		if err != nil {
-			return err
-		}
-		for _, f := range files {
-			fmt.Println(f)
-		}
-		return nil
+		return printPaths(dashboards.Export(set, *dir))
 	}}
 }
 
@@ -45,17 +38,19 @@ func grafanaProvisionCommand(cli *kingpin.Application) command {
 		if err != nil {
 			return err
 		}
-		files, err := dashboards.Provision(set, *dir, dashboards.ProvisionOptions{
+		return printPaths(dashboards.Provision(set, *dir, dashboards.ProvisionOptions{
 			URL:            *url,
 			ScrapeInterval: time.Duration(cfg.Prometheus.GlobalConfig.ScrapeInterval),
 			GrafanaPath:    *grafanaPath,
-		})
-		if err != nil {
-			return err
-		}
-		for _, f := range files {
-			fmt.Println(f)
-		}
-		return nil
+		}))
 	}}
+}
+
+// printPaths prints the files a command wrote, one per line, and returns
+// its error.
+func printPaths(paths []string, err error) error {
+	for _, p := range paths {
+		fmt.Println(p)
+	}
+	return err
 }

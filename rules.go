@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/model"
@@ -24,17 +23,7 @@ func rulesExportCommand(cli *kingpin.Application) command {
 			_, err := os.Stdout.Write(rules.PackAsOneFile())
 			return err
 		}
-		if err := os.MkdirAll(*dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", *dir, err)
-		}
-		for _, f := range rules.Pack() {
-			p := filepath.Join(*dir, f.Name)
-			if err := os.WriteFile(p, f.Data, 0o644); err != nil {
-				return fmt.Errorf("write rule file: %w", err)
-			}
-			fmt.Println(p)
-		}
-		return nil
+		return printPaths(rules.ExportPack(*dir))
 	}}
 }
 

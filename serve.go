@@ -20,9 +20,7 @@ import (
 // as Prometheus names its own, and what only the process has.
 type serveFlags struct {
 	app.Settings
-	// A flag the user did not set leaves the setting to the config file.
-	dataDirSet, listenSet, corsSet bool
-	memLimit                       *memLimitFlags
+	memLimit *memLimitFlags
 }
 
 func serveCommand(cli *kingpin.Application) command {
@@ -30,16 +28,16 @@ func serveCommand(cli *kingpin.Application) command {
 	f := &serveFlags{Settings: app.DefaultSettings()}
 	s := &f.Settings
 	c.Flag("config.file", "gpuscope config file (a prometheus.yml plus gpuscope's sections). Empty: the embedded defaults.").StringVar(&s.ConfigFile)
-	c.Flag("storage.tsdb.path", "Base path for metrics storage. Default data/, or "+config.DemoDataDir+" with --demo, so simulated series never mix with a real appliance's.").IsSetByUser(&f.dataDirSet).Default(app.DefaultDataDir).StringVar(&s.DataDir)
+	c.Flag("storage.tsdb.path", "Base path for metrics storage. Default data/, or "+config.DemoDataDir+" with --demo, so simulated series never mix with a real appliance's.").PlaceHolder(app.DefaultDataDir).StringVar(&s.DataDir)
 	c.Flag("storage.tsdb.retention.time", "How long to retain samples, unless the config file's storage.tsdb.retention says otherwise.").Default("15d").SetValue(&s.RetentionTime)
 	c.Flag("storage.tsdb.retention.size", "Maximum bytes of blocks to retain (e.g. 50GB; 0 = no limit), unless the config file says otherwise.").Default("0").BytesVar(&s.RetentionSize)
 	c.Flag("storage.tsdb.wal-compression-type", "WAL compression: snappy, zstd or none.").Default("snappy").EnumVar(&s.WALCompression, "snappy", "zstd", "none")
 	c.Flag("storage.tsdb.verify-blocks", "At start, read every block's index and chunks and move damaged blocks to <data>/corrupted instead of serving them. --no-storage.tsdb.verify-blocks checks only that blocks open.").Default("true").BoolVar(&s.VerifyBlocks)
 	c.Flag("storage.tsdb.disk-reserve", "Space held in <data>/disk-reserve and freed when the disk fills, so that gpuscope's own metrics and the GpuscopeStorageFailing alert are still stored; taken again when free space is back. 0 = none.").Default("64MB").BytesVar(&s.DiskReserve)
 	c.Flag("storage.tsdb.min-block-duration", "Time the head spans before it is compacted into a block. For use in testing.").Hidden().Default("2h").SetValue((*model.Duration)(&s.MinBlockDuration))
-	c.Flag("web.listen-address", "Address to listen on for the API, the collectors' /metrics and the status page. Default "+app.DefaultListenAddress+" or the config file's web.listen_address.").IsSetByUser(&f.listenSet).Default(app.DefaultListenAddress).StringVar(&s.ListenAddress)
+	c.Flag("web.listen-address", "Address to listen on for the API, the collectors' /metrics and the status page. Default "+app.DefaultListenAddress+" or the config file's web.listen_address.").PlaceHolder(app.DefaultListenAddress).StringVar(&s.ListenAddress)
 	c.Flag("web.external-url", "URL under which gpuscope is reachable (for alert links). Default: http://<node name>:<port>/.").StringVar(&s.ExternalURL)
-	c.Flag("web.cors.origin", `Regex of origins allowed to call the API, anchored. Example: 'https?://(domain1|domain2)\.com'`).IsSetByUser(&f.corsSet).Default(".*").StringVar(&s.CORSOrigin)
+	c.Flag("web.cors.origin", `Regex of origins allowed to call the API, anchored. Default: the config file's web.cors_origin, else .* (any). Example: 'https?://(domain1|domain2)\.com'`).PlaceHolder(".*").StringVar(&s.CORSOrigin)
 	c.Flag("web.config.file", "exporter-toolkit web config file for TLS and basic auth.").Default("").StringVar(&s.WebConfigFile)
 	c.Flag("web.enable-admin-api", "Enable the admin API (delete series, snapshots).").BoolVar(&s.EnableAdmin)
 	c.Flag("web.enable-lifecycle", "Enable /-/reload and /-/quit.").BoolVar(&s.EnableLifecycle)
@@ -74,11 +72,6 @@ func serve(f *serveFlags, flags *kingpin.CmdModel, logger *slog.Logger) error {
 	s.Logger, s.Flags = logger, map[string]string{}
 	for _, fl := range flags.Flags {
 		s.Flags[fl.Name] = fl.Value.String()
-	}
-	for set, v := range map[*string]bool{&s.DataDir: f.dataDirSet, &s.ListenAddress: f.listenSet, &s.CORSOrigin: f.corsSet} {
-		if !v {
-			*set = ""
-		}
 	}
 	s.OnConfig = func(c *config.Config) { applyGoGC(c.Prometheus, logger) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -58,6 +60,23 @@ func Pack() []PackFile {
 		files = append(files, PackFile{Name: e.Name(), Data: data})
 	}
 	return files
+}
+
+// ExportPack writes the pack's files into dir (created if missing), as
+// they are embedded, and returns their paths.
+func ExportPack(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	var paths []string
+	for _, f := range Pack() {
+		p := filepath.Join(dir, f.Name)
+		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+			return nil, fmt.Errorf("write rule file: %w", err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // PackAsOneFile returns the whole pack as one valid rule file: the files'

@@ -279,38 +279,37 @@ func TestOOMKillCounted(t *testing.T) {
 // TestRuntimeEndpoints: the configured sockets reach the flags cAdvisor's
 // runtime clients dial, and an unset one keeps cAdvisor's default.
 func TestRuntimeEndpoints(t *testing.T) {
-	before := map[string]string{}
+	// cAdvisor's own flags, where the first collector sets them; the test
+	// claims a set of its own, so that it writes nothing a running
+	// cAdvisor of another test reads.
 	for _, name := range []string{"docker", "podman", "containerd"} {
-		before[name] = flag.Lookup(name).Value.String()
+		require.NotNil(t, flag.Lookup(name), "cAdvisor registers --%s", name)
 	}
-	processWide.Lock()
-	saved, interval := processWide.set, *manager.HousekeepingInterval
-	processWide.set = false
-	processWide.Unlock()
-	t.Cleanup(func() {
-		for name, v := range before {
-			require.NoError(t, flag.Set(name, v))
-		}
-		processWide.Lock()
-		processWide.set, *manager.HousekeepingInterval = saved, interval
-		processWide.Unlock()
-	})
+	require.Same(t, manager.HousekeepingInterval, processWide.interval)
+	require.Same(t, flag.CommandLine, processWide.flags)
+	fs := flag.NewFlagSet("cadvisor", flag.ContinueOnError)
+	for _, name := range []string{"docker", "podman", "containerd"} {
+		fs.String(name, flag.Lookup(name).DefValue, "")
+	}
+	interval := time.Duration(0)
+	p := &processSettings{interval: &interval, flags: fs}
+
 	c := Config{DockerEndpoint: "unix:///tmp/gpuscope-test/docker.sock", PodmanEndpoint: "unix:///tmp/gpuscope-test/podman.sock"}
-	kept, err := claimProcessWide(3*time.Second, c)
+	kept, err := p.claim(3*time.Second, c)
 	require.NoError(t, err)
 	require.Empty(t, kept, "the first collector of the process sets them")
-	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", flag.Lookup("docker").Value.String())
-	require.Equal(t, "unix:///tmp/gpuscope-test/podman.sock", flag.Lookup("podman").Value.String())
-	require.Equal(t, before["containerd"], flag.Lookup("containerd").Value.String())
-	require.Equal(t, 3*time.Second, *manager.HousekeepingInterval)
+	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", fs.Lookup("docker").Value.String())
+	require.Equal(t, "unix:///tmp/gpuscope-test/podman.sock", fs.Lookup("podman").Value.String())
+	require.Equal(t, flag.Lookup("containerd").DefValue, fs.Lookup("containerd").Value.String(), "an endpoint the config does not set keeps cAdvisor's default")
+	require.Equal(t, 3*time.Second, interval)
 
 	// A second collector with other values keeps the first's, and is told.
-	kept, err = claimProcessWide(time.Second, Config{DockerEndpoint: "unix:///tmp/other/docker.sock", PodmanEndpoint: c.PodmanEndpoint})
+	kept, err = p.claim(time.Second, Config{DockerEndpoint: "unix:///tmp/other/docker.sock", PodmanEndpoint: c.PodmanEndpoint})
 	require.NoError(t, err)
 	require.Equal(t, []string{"housekeeping interval 3s (not 1s)", "docker endpoint unix:///tmp/gpuscope-test/docker.sock (not unix:///tmp/other/docker.sock)"}, kept)
-	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", flag.Lookup("docker").Value.String())
-	require.Equal(t, 3*time.Second, *manager.HousekeepingInterval)
-	kept, err = claimProcessWide(3*time.Second, c)
+	require.Equal(t, "unix:///tmp/gpuscope-test/docker.sock", fs.Lookup("docker").Value.String())
+	require.Equal(t, 3*time.Second, interval)
+	kept, err = p.claim(3*time.Second, c)
 	require.NoError(t, err)
 	require.Empty(t, kept, "the same values: nothing to say")
 }
