@@ -45,7 +45,9 @@ func (r *runner) start(name string, fn func(context.Context) error) {
 	go func() {
 		err := fn(ctx)
 		if !stopping.Load() && err != nil {
+			// wait returns it; stopping it later has nothing more to say.
 			r.failed <- fmt.Errorf("%s: %w", name, err)
+			err = nil
 		}
 		done <- err
 	}()
