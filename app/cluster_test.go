@@ -115,8 +115,9 @@ rules:
 	})
 
 	// GPU series carry the agent's own host name too, and the node's labels.
-	v, err := p.instant(`DCGM_FI_DEV_GPU_UTIL{instance="node-a"}`)
+	v, err := p.instant(`last_over_time(DCGM_FI_DEV_GPU_UTIL{instance="node-a"}[5s])`)
 	require.NoError(t, err)
+	require.NotEmpty(t, v, "node-a's GPU series")
 	for _, s := range v {
 		require.Equal(t, model.LabelValue("node-a"), s.Metric["Hostname"])
 		require.Equal(t, model.LabelValue("r1"), s.Metric["rack"])

@@ -58,7 +58,7 @@ gpu:
 		return nil
 	})
 
-	v, err := p.instant(`DCGM_FI_DEV_GPU_UTIL > 95`)
+	v, err := p.instant(`last_over_time(DCGM_FI_DEV_GPU_UTIL[5s]) > 95`)
 	require.NoError(t, err)
 	require.Len(t, v, 1, "the thermal GPU runs above 95%%")
 	require.Equal(t, model.LabelValue("0"), v[0].Metric["gpu"])
@@ -86,7 +86,7 @@ gpu:
 		return nil
 	})
 
-	v, err = p.instant(`gpuscope_gpu_collector_up`)
+	v, err = p.instant(`last_over_time(gpuscope_gpu_collector_up[5s])`)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
 	require.Equal(t, model.SampleValue(1), v[0].Value)
@@ -115,10 +115,10 @@ func TestServeWithoutDriver(t *testing.T) {
 		}
 		return nil
 	})
-	v, err := p.instant(`DCGM_FI_DEV_GPU_TEMP`)
+	v, err := p.instant(`last_over_time(DCGM_FI_DEV_GPU_TEMP[1h])`)
 	require.NoError(t, err)
-	require.Empty(t, v, "no GPU series without a driver")
-	v, err = p.instant(`gpuscope_gpu_collector_backend_info`)
+	require.Empty(t, v, "no GPU series without a driver, ever")
+	v, err = p.instant(`last_over_time(gpuscope_gpu_collector_backend_info[5s])`)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
 	require.Equal(t, model.LabelValue("none"), v[0].Metric["backend"], "auto found no driver: no backend, which GPUCollectorDown does not alert on")

@@ -527,7 +527,7 @@ func TestEmbeddedAlertmanagerReceivers(t *testing.T) {
 		}
 		return nil
 	})
-	v, err := p.instant(`sum(alertmanager_notifications_failed_total{receiver_name="team"})`)
+	v, err := p.instant(`sum(last_over_time(alertmanager_notifications_failed_total{receiver_name="team"}[5s]))`)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
 	require.Zero(t, float64(v[0].Value), "no receiver failed")

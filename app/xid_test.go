@@ -79,7 +79,7 @@ gpu:
 	require.Regexp(t, `^GPU 2 \(GPU-5171[0-9a-f-]+, PCI 00000000:3A:00\.0\) on e2e-node`, string(bus.Annotations["description"]))
 
 	// The lost GPU was reported as NVML reports it: a device error per cycle.
-	v, err := p.instant(`gpuscope_gpu_collector_errors_total{field="device"}`)
+	v, err := p.instant(`last_over_time(gpuscope_gpu_collector_errors_total{field="device"}[5s])`)
 	require.NoError(t, err)
 	require.Len(t, v, 1, "only GPU 2 was lost")
 	require.Equal(t, "2", string(v[0].Metric["gpu"]))
