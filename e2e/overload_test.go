@@ -90,7 +90,7 @@ func testOverload(t *testing.T, flags []string, allowed map[int]string, want int
 	goLimit := uint64(float64(overloadMemoryLimit) * ratio)
 	require.Contains(t, p.out.String(), `msg="Set GOMEMLIMIT"`)
 	require.Contains(t, p.out.String(), "from=cgroup")
-	require.Contains(t, p.out.String(), "limit=512.0MiB")
+	require.Contains(t, p.out.String(), `limit="512.0 MiB"`)
 	require.Contains(t, p.out.String(), "bytes="+strconv.FormatUint(goLimit, 10))
 	code, body := p.get("/api/v1/status/runtimeinfo")
 	require.Equal(t, 200, code, body)
