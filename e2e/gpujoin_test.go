@@ -85,13 +85,24 @@ func TestGPUJoinDocker(t *testing.T) {
 	require.Equal(t, model.LabelValue(name), m["name"])
 	require.Greater(t, float64(gpuSeries.Value), 50e9, "the training scenario's framebuffer use (over 70%% of 80 GB)")
 
-	// cAdvisor's series of the container carry the same id and workload.
+	// cAdvisor's series of the container carry the same id and workload
+	// (its job's first scrape with the container may come after the GPU
+	// job's: wait for it).
 	cadvisorQuery := fmt.Sprintf(`container_memory_working_set_bytes{workload=%q,runtime="docker",image=%q,user="alice"}`, name, img)
-	v, err := p.instant(cadvisorQuery)
-	require.NoError(t, err)
-	require.Len(t, v, 1, cadvisorQuery)
-	require.Equal(t, m["id"], v[0].Metric["id"])
-	v, err = p.instant(fmt.Sprintf(`gpuscope_gpu_container_sm_utilization_percent{workload=%q,id=%q}`, name, m["id"]))
+	eventually(t, 30*time.Second, "cAdvisor's series of the container under its name and image", func() error {
+		v, err := p.instant(cadvisorQuery)
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 {
+			return fmt.Errorf("%s: %v", cadvisorQuery, v)
+		}
+		if v[0].Metric["id"] != m["id"] {
+			return fmt.Errorf("cAdvisor's id %s, the GPU series' %s", v[0].Metric["id"], m["id"])
+		}
+		return nil
+	})
+	v, err := p.instant(fmt.Sprintf(`last_over_time(gpuscope_gpu_container_sm_utilization_percent{workload=%q,id=%q}[5s])`, name, m["id"]))
 	require.NoError(t, err)
 	require.Len(t, v, 1, "the SM share under the same container")
 
