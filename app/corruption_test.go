@@ -264,10 +264,7 @@ func garbleFile(t *testing.T, path string, at, cut float64) {
 // one: what is in that one is lost with the rest.)
 func damageableSegment(t *testing.T, data string) (string, int64) {
 	t.Helper()
-	segs, err := filepath.Glob(filepath.Join(data, "wal", "[0-9]*"))
-	require.NoError(t, err)
-	require.NotEmpty(t, segs)
-	slices.Sort(segs)
+	segs := walSegments(t, data)
 	for i := len(segs) - 1; i >= 0; i-- {
 		fi, err := os.Stat(segs[i])
 		require.NoError(t, err)
@@ -278,13 +275,20 @@ func damageableSegment(t *testing.T, data string) (string, int64) {
 	panic("unreachable")
 }
 
-// newestSegment is the path and size of the newest WAL segment in data.
-func newestSegment(t *testing.T, data string) (string, int64) {
+// walSegments are the paths of data's WAL segments, oldest first.
+func walSegments(t *testing.T, data string) []string {
 	t.Helper()
 	segs, err := filepath.Glob(filepath.Join(data, "wal", "[0-9]*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, segs)
 	slices.Sort(segs)
+	return segs
+}
+
+// newestSegment is the path and size of the newest WAL segment in data.
+func newestSegment(t *testing.T, data string) (string, int64) {
+	t.Helper()
+	segs := walSegments(t, data)
 	fi, err := os.Stat(segs[len(segs)-1])
 	require.NoError(t, err)
 	return segs[len(segs)-1], fi.Size()
