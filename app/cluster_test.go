@@ -225,7 +225,10 @@ remote_write:
     url: http://127.0.0.1:%d/api/v1/write
     queue_config: {max_backoff: 1s}
 `, recv.URL, refused))
-	send := serve(t, "", configFile(sendCfg))
+	// Shutdown waits for neither queue: the refused endpoint never takes
+	// its backlog, and the default flush deadline would hold each stop for
+	// a minute that the test does not look at.
+	send := serve(t, "", configFile(sendCfg), with(func(s *app.Settings) { s.RemoteFlushDeadline = time.Second }))
 
 	// Wait until the receiver has the sender's data, then open the window.
 	eventually(t, 60*time.Second, "sender's series at the receiver", func() error {
