@@ -162,8 +162,10 @@ gpu:
 	require.Contains(t, body, `<table class="result" data-result-type="vector">`)
 	require.True(t, time.Time(a.EndsAt).After(time.Time(a.StartsAt)))
 	// The HTTP API reports it too: Grafana's alert list reads /alerts.
-	eventually(t, 10*time.Second, "GPUStarvedByCPU firing in /api/v1/alerts", func() error {
-		return apiFiring(p, "GPUStarvedByCPU", "1")
+	// Pending counts: the burner that keeps it firing may lose its CPU
+	// for a moment on a loaded machine.
+	eventually(t, 10*time.Second, "GPUStarvedByCPU in /api/v1/alerts", func() error {
+		return p.Active("GPUStarvedByCPU", "1")
 	})
 
 	eventually(t, 30*time.Second, "each GPU's bottleneck class", func() error {
@@ -299,8 +301,9 @@ rules:
 `), 0o644))
 	p := serve(t, "", configFile(cfgFile))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	// The test's own context, not one deadline over all its waits: each
+	// has its own.
+	ctx := t.Context()
 	lastEval := func() (time.Time, error) {
 		rules, err := p.api().Rules(ctx, nil)
 		if err != nil {

@@ -155,7 +155,9 @@ scrape_configs:
 			}
 			return nil
 		})
-		gpus, err := c.vectorByLabel(p, `count by (instance) (DCGM_FI_DEV_GPU_UTIL)`, "instance")
+		// The last sample of the past minute, not the newest scrape's: one
+		// that missed its timeout on a busy machine marks its series stale.
+		gpus, err := c.vectorByLabel(p, `count by (instance) (last_over_time(DCGM_FI_DEV_GPU_UTIL[1m]))`, "instance")
 		require.NoError(t, err)
 		require.Equal(t, map[string]float64{"e2e-node": 8, "node-a": 2}, gpus, "GPU series by node")
 

@@ -27,17 +27,22 @@ func TestServeSeriesDiet(t *testing.T) {
 		require.Equal(t, 200, code, body)
 		return strings.Contains(body, "\n# TYPE "+family+" ")
 	}
-	stored := func(selector string) int {
-		v, err := p.instant(`count(` + selector + `)`)
+	count := func(expr string) int {
+		v, err := p.instant(`count(` + expr + `)`)
 		require.NoError(t, err)
 		if len(v) == 0 {
 			return 0
 		}
 		return int(v[0].Value)
 	}
+	// stored counts the series that have had a sample in the test's
+	// time, each at its newest: a scrape that missed its timeout on a busy
+	// machine marks its series stale, which an instant read of now would
+	// count as never stored.
+	stored := func(selector string) int { return count(`last_over_time(` + selector + `[10m])`) }
 	// Enough scrapes for every built-in job to have stored its families.
 	eventually(t, 30*time.Second, "cadvisor and gpuscope jobs scraped", func() error {
-		if n := stored(`up{job=~"gpuscope|cadvisor"} == 1`); n != 2 {
+		if n := count(`max_over_time(up{job=~"gpuscope|cadvisor"}[10m]) == 1`); n != 2 {
 			return fmt.Errorf("%d of the 2 jobs up", n)
 		}
 		return nil
@@ -62,7 +67,7 @@ func TestServeSeriesDiet(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfgFile, []byte(fastConfig+"self_metrics:\n  families:\n    query_engine: on please\n"), 0o644))
 	reloadErr := p.reload()
 	eventually(t, 20*time.Second, "reload failure visible", func() error {
-		if n := stored(`gpuscope_config_last_reload_successful == 0`); n != 1 {
+		if n := count(`last_over_time(gpuscope_config_last_reload_successful[10m]) == 0`); n != 1 {
 			return fmt.Errorf("reload not failed yet")
 		}
 		return nil

@@ -66,7 +66,9 @@ func TestSlurmAbsent(t *testing.T) {
 		`{slurm_user!="", ` + ours + `}`,
 		`{slurm_step!="", ` + ours + `}`,
 	} {
-		v, err := p.instant(q)
+		// Over the test's time, not at the newest scrape, which may have
+		// missed its timeout on a busy machine and left nothing to see.
+		v, err := p.instant(`last_over_time(` + q + `[10m])`)
 		require.NoError(t, err, q)
 		require.Empty(t, v, "%s: ordinary cgroups labelled as Slurm's", q)
 	}

@@ -20,9 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/common/model"
@@ -174,7 +176,7 @@ func TestBrowserOverview(t *testing.T) {
 	)
 	eventually(t, 60*time.Second, "a 1280×900 screenshot of the page, neither blank nor flat", func() error {
 		var err error
-		if shot, err = chromedp.Run(tab, chromedp.CaptureScreenshot()); err != nil {
+		if shot, err = captureViewport(tab); err != nil {
 			return err
 		}
 		if st, err = screenshotStats(shot); err != nil {
@@ -478,6 +480,25 @@ func (b *browser) tab(t *testing.T, parent context.Context, js bool) context.Con
 		require.NoError(t, err)
 	}
 	return ctx
+}
+
+// captureViewport takes a screenshot of the tab's viewport. The tab is
+// brought to the front first: headless Chromium commits no frame for a
+// tab in the background, and a capture of one never answers
+// (puppeteer#12712, go-rod#1211). An attempt that still gets no frame
+// gives up after 30 s, so that the caller's wait can try again instead of
+// spending its whole time in one call.
+func captureViewport(tab context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(tab, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Call(ctx, page.BringToFront, cdp.Empty{}); err != nil {
+		return nil, fmt.Errorf("bring the tab to the front: %w", err)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		return nil, fmt.Errorf("capture a screenshot: %w", err)
+	}
+	return shot, nil
 }
 
 // record runs in the tab's event loop: it must return fast.

@@ -246,7 +246,7 @@ func openHistory(t *testing.T, tab context.Context, p *process, path, title stri
 		if d.title != title && !strings.HasPrefix(d.title, title+" · ") {
 			return fmt.Errorf("title %q, want %q", d.title, title)
 		}
-		if shot, err = chromedp.Run(tab, chromedp.CaptureScreenshot()); err != nil {
+		if shot, err = captureViewport(tab); err != nil {
 			return err
 		}
 		st, err := screenshotStats(shot)
