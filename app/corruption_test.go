@@ -1,9 +1,11 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +17,9 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/tsdb/record"
+	"github.com/prometheus/prometheus/tsdb/wlog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/app"
@@ -130,9 +135,16 @@ scrape_configs:
 	garbleFile(t, chunkFile, 0.5, 0)
 	seg, size := damageableSegment(t, data)
 	require.Greater(t, size, int64(64<<10), "newest WAL segment %s: too little in it to damage", seg)
-	garbleFile(t, seg, 0.5, 0.8)
-	t.Logf("damaged block %s [%s, %s) and WAL segment %s (%d bytes: garbled at 50%%, cut at 80%%)",
-		bad.ULID, time.UnixMilli(bad.MinTime).Format(time.TimeOnly), time.UnixMilli(bad.MaxTime).Format(time.TimeOnly), filepath.Base(seg), size)
+	// Garbled inside the newest of the target's scrapes in the segment
+	// that the reference has: what the WAL loses from there on is then
+	// sure to hold samples of the reference. (A fraction of the file
+	// might fall among the stale markers of scrapes that missed their
+	// timeout on a loaded machine, which the reference does not have.)
+	scrape, at := newestReferencedScrape(t, seg, series, ref[probes[0]], bb[len(bb)-1].MaxTime)
+	cut := max(size*8/10, at+4096)
+	garbleBytes(t, seg, at+64, cut)
+	t.Logf("damaged block %s [%s, %s) and WAL segment %s (%d bytes: garbled at %d, in the scrape of %s, cut at %d)",
+		bad.ULID, time.UnixMilli(bad.MinTime).Format(time.TimeOnly), time.UnixMilli(bad.MaxTime).Format(time.TimeOnly), filepath.Base(seg), size, at+64, scrape.Time().Format(time.TimeOnly), cut)
 
 	p2 := serve(t, data, args...)
 	out := p2.out.String()
@@ -246,16 +258,69 @@ func targetHealth(p *process, job string) string {
 // is above zero, truncates it to that fraction.
 func garbleFile(t *testing.T, path string, at, cut float64) {
 	t.Helper()
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	garbleBytes(t, path, int64(float64(fi.Size())*at), int64(float64(fi.Size())*cut))
+}
+
+// garbleBytes XORs 16 bytes at offset at of path and, if cut > 0, cuts
+// the file to cut bytes.
+func garbleBytes(t *testing.T, path string, at, cut int64) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	i := int(float64(len(b)) * at)
-	for j := i; j < i+16 && j < len(b); j++ {
+	for j := at; j < at+16 && j < int64(len(b)); j++ {
 		b[j] ^= 0xa5
 	}
-	if cut > 0 {
-		b = b[:int(float64(len(b))*cut)]
+	if cut > 0 && cut < int64(len(b)) {
+		b = b[:cut]
 	}
 	require.NoError(t, os.WriteFile(path, b, 0o644))
+}
+
+// newestReferencedScrape finds, in the WAL segment seg, the newest
+// samples record of a whole scrape of the target (at least n samples,
+// none a staleness marker) that is not in a block (stamped at or after
+// blockEnd) and that the reference has (its timestamp among ref's). It
+// returns the scrape's time and the record's offset in seg, read with
+// the TSDB's own WAL reader and record decoder.
+func newestReferencedScrape(t *testing.T, seg string, n int, ref []model.SamplePair, blockEnd int64) (model.Time, int64) {
+	t.Helper()
+	inRef := map[int64]bool{}
+	for _, sp := range ref {
+		inRef[int64(sp.Timestamp)] = true
+	}
+	f, err := os.Open(seg)
+	require.NoError(t, err)
+	defer f.Close()
+	r := wlog.NewReader(bufio.NewReader(f))
+	dec := record.NewDecoder(nil, slog.New(slog.DiscardHandler))
+	var (
+		found model.Time
+		at    int64 = -1
+	)
+	for {
+		start := r.Offset()
+		if !r.Next() {
+			break
+		}
+		rec := r.Record()
+		if dec.Type(rec) != record.Samples {
+			continue
+		}
+		samples, err := dec.Samples(rec, nil)
+		if err != nil || len(samples) < n {
+			continue
+		}
+		ts := samples[0].T
+		if ts < blockEnd || !inRef[ts] || slices.ContainsFunc(samples, func(s record.RefSample) bool { return value.IsStaleNaN(s.V) }) {
+			continue
+		}
+		found, at = model.Time(ts), start
+	}
+	require.NoError(t, r.Err(), "read WAL segment %s", seg)
+	require.GreaterOrEqual(t, at, int64(0), "WAL segment %s: no scrape of the target's %d series that the reference has after the blocks", seg, n)
+	return found, at
 }
 
 // damageableSegment is the newest WAL segment with records in it: a head
