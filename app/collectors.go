@@ -11,6 +11,7 @@ import (
 	"github.com/gpuscope/gpuscope/gpu"
 	"github.com/gpuscope/gpuscope/gpu/sim"
 	"github.com/gpuscope/gpuscope/scrape/cadvisor"
+	"github.com/gpuscope/gpuscope/scrape/exposition"
 	"github.com/gpuscope/gpuscope/web"
 	"github.com/gpuscope/gpuscope/workload"
 )
@@ -93,12 +94,9 @@ func (c *nodeCollectors) mount(h *web.Handler) {
 	if c.gpu != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(c.gpu)
-		gpuHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-			// What the registry drops (a duplicate series, a collector's
-			// panic) is logged; the rest of the page is served.
-			ErrorHandling: promhttp.ContinueOnError,
-			ErrorLog:      slog.NewLogLogger(c.gpuLogger.Handler(), slog.LevelWarn),
-		})
+		// What the registry drops (a duplicate series, a collector's
+		// panic) is logged; the rest of the page is served.
+		gpuHandler = exposition.Handler(reg, c.gpuLogger)
 	}
 	h.MountMetrics("/metrics/cadvisor", cadvisorHandler)
 	h.MountMetrics("/metrics/gpu", gpuHandler)

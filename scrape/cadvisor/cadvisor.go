@@ -37,9 +37,9 @@ import (
 	info "github.com/google/cadvisor/lib/model"
 	"github.com/google/cadvisor/lib/utils/sysfs"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
 
+	"github.com/gpuscope/gpuscope/scrape/exposition"
 	"github.com/gpuscope/gpuscope/scrape/families"
 	"github.com/gpuscope/gpuscope/workload"
 )
@@ -280,14 +280,11 @@ func (c *Collector) newManager(ctx context.Context) (manager.Manager, error) {
 // has started the manager waits for it as long as the scrape's context
 // allows, then gets 503 with the reason.
 func (c *Collector) Handler() http.Handler {
-	metricsHandler := promhttp.HandlerFor(c.Gatherer(), promhttp.HandlerOpts{
-		// A container that fails to report must not fail the whole scrape;
-		// cAdvisor counts such failures in container_scrape_error. What
-		// the registry drops (a collector's panic, a duplicate series) is
-		// logged, as it is nowhere else.
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      slog.NewLogLogger(c.logger.Handler(), slog.LevelWarn),
-	})
+	// A container that fails to report must not fail the whole scrape;
+	// cAdvisor counts such failures in container_scrape_error. What the
+	// registry drops (a collector's panic, a duplicate series) is logged,
+	// as it is nowhere else.
+	metricsHandler := exposition.Handler(c.Gatherer(), c.logger)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-c.started:
