@@ -30,9 +30,11 @@ func registry(t *testing.T) *prometheus.Registry {
 // goneWriter is a connection the scraper has closed: every write fails.
 type goneWriter struct{ header http.Header }
 
-func (w *goneWriter) Header() http.Header       { return w.header }
-func (w *goneWriter) WriteHeader(int)           {}
-func (w *goneWriter) Write([]byte) (int, error) { return 0, errors.New("io: read/write on closed pipe") }
+func (w *goneWriter) Header() http.Header { return w.header }
+func (w *goneWriter) WriteHeader(int)     {}
+func (w *goneWriter) Write([]byte) (int, error) {
+	return 0, errors.New("io: read/write on closed pipe")
+}
 
 func TestAbandonedScrapeLogsOneLine(t *testing.T) {
 	var logged bytes.Buffer
