@@ -17,10 +17,10 @@ import (
 )
 
 // TestSoakVictoriaMetricsRemoteWrite: VictoriaMetrics single-node as the
-// remote-write target of `serve --demo` (docs/remote-write.md, "Scale out"). Over a
-// three-minute window, 45 s of it with VictoriaMetrics stopped (longer
-// than the queue's 5 s max_backoff, so it backs off to the cap and holds a
-// backlog), it ends up with
+// remote-write target of `serve --demo` (docs/remote-write.md, "Scale out"),
+// scraping every 5 s. Over a 90 s window, 30 s of it with VictoriaMetrics
+// stopped (six times the queue's 5 s max_backoff, so it backs off to the
+// cap and holds a backlog of six scrapes), it ends up with
 // every series and every sample gpuscope has for the same range, values
 // equal (to VictoriaMetrics's decimal storage), and the seed's queries
 // answer the same from both.
@@ -39,6 +39,7 @@ func TestSoakVictoriaMetricsRemoteWrite(t *testing.T) {
 	external := model.LabelSet{"appliance": "e2e-demo"}
 	cfg := writeConfig(t, t.TempDir(), fmt.Sprintf(`
 global:
+  scrape_interval: 5s
   external_labels: {appliance: e2e-demo}
 remote_write:
   - name: victoriametrics
@@ -48,8 +49,9 @@ remote_write:
 	gs := serve(t, "", "--demo", "--config.file="+cfg)
 	started := time.Now()
 
-	// scrape_interval is the default 15s: the demo's, and the seed's.
-	const scrape = 15 * time.Second
+	// A third of the demo's default 15 s, so that a short window holds
+	// enough samples for every seed query's range.
+	const scrape = 5 * time.Second
 	eventually(t, 90*time.Second, "the demo's GPU series in VictoriaMetrics", func() error {
 		res, err := queryRange(context.Background(), vmURL, `up{job="gpu"}`, time.Now().Add(-time.Minute), time.Now(), scrape, nil, false)
 		if err == nil && len(res) != 1 {
@@ -60,11 +62,11 @@ remote_write:
 
 	// The window starts on a step, so that query_range's steps are the same
 	// in both (VictoriaMetrics aligns a range's start to its step).
-	const step = 30 * time.Second
+	const step = 15 * time.Second
 	windowStart := time.Now().Truncate(step).Add(step)
-	stopAt := windowStart.Add(time.Minute)
-	outage := 45 * time.Second
-	windowEnd := windowStart.Add(3 * time.Minute)
+	stopAt := windowStart.Add(30 * time.Second)
+	outage := 30 * time.Second
+	windowEnd := windowStart.Add(90 * time.Second)
 
 	time.Sleep(time.Until(stopAt))
 	before, err := selfMetrics(vmURL, nil, "vm_rows_inserted_total", "vm_deduplicated_samples_total")
@@ -72,18 +74,20 @@ remote_write:
 	vm.stop()
 	stoppedAt := time.Now()
 	time.Sleep(outage - 5*time.Second)
-	// gpuscope kept running and its queue is behind by the outage (less
-	// the last batch's 5 s deadline and a scrape's 15 s).
-	v, err := gs.instant(fmt.Sprintf(`time() - prometheus_remote_storage_queue_highest_sent_timestamp_seconds{remote_name="victoriametrics"} > %g`, (outage - 20*time.Second).Seconds()))
+	// gpuscope kept running and its queue is behind by most of the outage
+	// (at least half of it: the last batch's 5 s deadline and a scrape
+	// fall on either side of the stop).
+	v, err := gs.instant(fmt.Sprintf(`time() - prometheus_remote_storage_queue_highest_sent_timestamp_seconds{remote_name="victoriametrics"} > %g`, (outage / 2).Seconds()))
 	require.NoError(t, err)
 	require.Len(t, v, 1, "the queue is behind while VictoriaMetrics is down")
 	time.Sleep(time.Until(stoppedAt.Add(outage)))
 	restartedAt := time.Now()
 	vm = startVictoriaMetrics(t, vmURL, args)
 	// How long the queue takes to send the outage's backlog: the last
-	// sample it sent is less than two scrape intervals old again.
+	// sample it sent is less than a batch deadline and two scrape
+	// intervals old again.
 	eventually(t, 3*time.Minute, "the queue caught up after the outage", func() error {
-		v, err := gs.instant(`time() - prometheus_remote_storage_queue_highest_sent_timestamp_seconds{remote_name="victoriametrics"} < 30`)
+		v, err := gs.instant(fmt.Sprintf(`time() - prometheus_remote_storage_queue_highest_sent_timestamp_seconds{remote_name="victoriametrics"} < %g`, (5*time.Second + 2*scrape).Seconds()))
 		if err == nil && len(v) != 1 {
 			err = fmt.Errorf("still behind")
 		}
