@@ -33,6 +33,11 @@
 #                   into the build context, so the image builds without
 #                   network access (CI)
 #   DOCKER_BUILD_FLAGS  extra `docker build` flags, e.g. --network=host
+#   IMAGE_BINARY    put this gpuscope binary into the image instead of
+#                   building one in the container; `all` sets it to the
+#                   binary it packaged, so deb, rpm and image hold the same
+#                   bytes (its glibc need, checked by the package test, is
+#                   older than the runtime base's)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -164,7 +169,12 @@ image() {
 	trap "rm -rf -- '$ctx'" EXIT
 	git ls-files -z --cached --others --exclude-standard |
 		tar --null -T - --ignore-failed-read -cf - | tar -C "$ctx" -xf -
-	if [ -n "${DOCKER_VENDOR:-}" ]; then
+	if [ -n "${IMAGE_BINARY:-}" ]; then
+		[ -x "$IMAGE_BINARY" ] || die "IMAGE_BINARY $IMAGE_BINARY is not an executable file"
+		mkdir -p "$ctx/.build"
+		cp "$IMAGE_BINARY" "$ctx/.build/gpuscope"
+		args+=(--build-arg BINARY=.build/gpuscope)
+	elif [ -n "${DOCKER_VENDOR:-}" ]; then
 		go mod vendor -o "$ctx/vendor"
 		args+=(--build-arg GOFLAGS=-mod=vendor)
 	fi
@@ -193,7 +203,7 @@ all)
 	binary
 	package deb
 	package rpm
-	image
+	IMAGE_BINARY=$BIN image
 	;;
 *) die "unknown target '$1' (all, version, binary, deb, rpm, image)" ;;
 esac

@@ -4,7 +4,8 @@
 //
 // It is its own package, not part of packaging's tests, because go test
 // gives each package's tests ten minutes and a cold build of gpuscope in a
-// container takes several on a small machine.
+// container (GPUSCOPE_TEST_IMAGE_FROM_SOURCE=1) takes several on a small
+// machine.
 //
 // Its test is behind the e2e build tag (scripts/test packaging).
 package imagetest
