@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/url"
 	"os"
 	"time"
 
@@ -26,8 +23,8 @@ func workloadsCommand(cli *kingpin.Application) command {
 	format := c.Flag("format", "Output format: table, csv or json.").Default("table").Enum(accounting.Formats...)
 	server := c.Flag("url", "The gpuscope to ask (its web address; basic auth as http://user:password@host:port).").Default("http://localhost:9089").String()
 	return command{clause: c, run: func(*slog.Logger) error {
-		err := printWorkloads(context.Background(), os.Stdout, workloadsRequest{
-			server: *server, since: *since, month: *month, by: *by, all: *all, format: *format, now: time.Now(),
+		err := accounting.Print(context.Background(), os.Stdout, os.Stderr, accounting.PrintRequest{
+			Server: *server, Since: *since, Month: *month, By: *by, All: *all, Format: *format, Now: time.Now(),
 		})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "gpuscope workloads: %s\n", err)
@@ -35,52 +32,4 @@ func workloadsCommand(cli *kingpin.Application) command {
 		}
 		return nil
 	}}
-}
-
-type workloadsRequest struct {
-	server, since, month, format string
-	by                           []string
-	all                          bool
-	now                          time.Time
-	client                       *http.Client
-}
-
-func printWorkloads(ctx context.Context, w io.Writer, r workloadsRequest) error {
-	start, end, err := accounting.Period(r.since, r.month, r.now)
-	if err != nil {
-		return fmt.Errorf("--%w", err) // it names since or month first: the flag
-	}
-	by, extra, err := accounting.ParseGroupBy(r.by)
-	if err != nil {
-		return fmt.Errorf("--by: %w", err)
-	}
-	base, err := url.Parse(r.server)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return fmt.Errorf("--url %q is not an http:// or https:// address (e.g. http://localhost:9089)", r.server)
-	}
-	client, err := accounting.NewClient(accounting.ClientOptions{URL: base, HTTPClient: r.client})
-	if err != nil {
-		return err
-	}
-	q := accounting.Query{Start: start, End: end, All: r.all, Labels: extra}
-	if len(by) > 0 {
-		rep, err := client.Groups(ctx, q, by)
-		if err != nil {
-			return err
-		}
-		printWarnings(rep.Warnings)
-		return accounting.WriteGroups(w, r.format, by, rep.Groups)
-	}
-	rep, err := client.Report(ctx, q)
-	if err != nil {
-		return err
-	}
-	printWarnings(rep.Warnings)
-	return accounting.WriteRuns(w, r.format, rep.Runs, r.now)
-}
-
-func printWarnings(ws []string) {
-	for _, w := range ws {
-		fmt.Fprintf(os.Stderr, "warning: %s\n", w)
-	}
 }

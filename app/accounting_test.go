@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,31 +24,19 @@ import (
 var tableRows = apptest.TableRows
 
 // workloadsCLI is what `gpuscope workloads args...` prints and exits
-// with (--url, --since and --format), through the library calls the
-// command makes: accounting.Period, its client and its writers.
+// with (--url, --since and --format): the command's accounting.Print.
 func workloadsCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	flags := map[string]string{"--format": "table"}
 	for i := 0; i+1 < len(args); i += 2 {
 		flags[args[i]] = args[i+1]
 	}
-	now := time.Now()
-	start, end, err := accounting.Period(flags["--since"], "", now)
-	require.NoError(t, err)
-	base, err := url.Parse(flags["--url"])
-	require.NoError(t, err)
-	client, err := accounting.NewClient(accounting.ClientOptions{URL: base})
-	require.NoError(t, err)
-	rep, err := client.Report(context.Background(), accounting.Query{Start: start, End: end})
-	if err != nil {
-		return "", err.Error(), 1
-	}
 	var out, errOut strings.Builder
-	for _, w := range rep.Warnings {
-		fmt.Fprintf(&errOut, "warning: %s\n", w)
-	}
-	if err := accounting.WriteRuns(&out, flags["--format"], rep.Runs, now); err != nil {
-		return out.String(), err.Error(), 1
+	err := accounting.Print(context.Background(), &out, &errOut, accounting.PrintRequest{
+		Server: flags["--url"], Since: flags["--since"], Format: flags["--format"], Now: time.Now(),
+	})
+	if err != nil {
+		return out.String(), errOut.String() + err.Error(), 1
 	}
 	return out.String(), errOut.String(), 0
 }

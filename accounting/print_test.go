@@ -1,8 +1,9 @@
-package main
+package accounting
 
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPrintWorkloadsBadInput: what each bad flag or answer gets. The
+// TestPrintBadInput: what each bad flag or answer gets. The
 // client's answers to each kind of server are accounting's
 // TestClientBadAnswer.
-func TestPrintWorkloadsBadInput(t *testing.T) {
+func TestPrintBadInput(t *testing.T) {
 	now := time.Now()
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
@@ -31,17 +32,17 @@ func TestPrintWorkloadsBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			err := printWorkloads(context.Background(), &b, workloadsRequest{server: tc.server, since: tc.since, format: "table", now: now})
+			err := Print(context.Background(), &b, io.Discard, PrintRequest{Server: tc.server, Since: tc.since, Format: "table", Now: now})
 			require.ErrorContains(t, err, tc.want)
 			require.Empty(t, b.String(), "nothing printed on an error")
 		})
 	}
 }
 
-// TestPrintWorkloadsGrouped: --by asks the API for the sums by user and
+// TestPrintGrouped: --by asks the API for the sums by user and
 // prints them, a run without a user as (unknown); a bad --by is refused
 // before anything is asked.
-func TestPrintWorkloadsGrouped(t *testing.T) {
+func TestPrintGrouped(t *testing.T) {
 	var asked string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked = r.URL.Query().Get("by")
@@ -51,7 +52,7 @@ func TestPrintWorkloadsGrouped(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	var b bytes.Buffer
-	err := printWorkloads(context.Background(), &b, workloadsRequest{server: srv.URL, by: []string{"user"}, format: "table", now: time.Now()})
+	err := Print(context.Background(), &b, io.Discard, PrintRequest{Server: srv.URL, By: []string{"user"}, Format: "table", Now: time.Now()})
 	require.NoError(t, err)
 	require.Equal(t, "user", asked)
 	require.Regexp(t, `(?m)^USER\s+RUNS\s+GPU-H\s+IDLE GPU-H\s+SM AVG\s+GPU MEM PEAK\s+KWH\s+CPU-S\n`+
@@ -59,6 +60,6 @@ func TestPrintWorkloadsGrouped(t *testing.T) {
 		`\(unknown\)\s+1\s+1\.00\s+0\.00\s+90%\s+-\s+-\s+0\n$`, b.String())
 
 	b.Reset()
-	err = printWorkloads(context.Background(), &b, workloadsRequest{server: srv.URL, by: []string{"user,team"}, format: "table", now: time.Now()})
+	err = Print(context.Background(), &b, io.Discard, PrintRequest{Server: srv.URL, By: []string{"user,team"}, Format: "table", Now: time.Now()})
 	require.ErrorContains(t, err, `--by: cannot group by "team": one of`)
 }
