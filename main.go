@@ -85,6 +85,7 @@ func newApp() (*kingpin.Application, []command, *promslog.Config) {
 		doctorCommand(cli),
 		versionCommand(cli),
 	}
+	commands = append(commands, backupCommands(cli)...)
 	return cli, commands, logConfig
 }
 

@@ -39,9 +39,14 @@ type stateFile struct {
 func (f *stateFile) write() (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tmp, err := os.CreateTemp(filepath.Dir(f.path), filepath.Base(f.path)+".*.tmp")
+	return f.writeTo(f.path)
+}
+
+// writeTo writes the current state to path, atomically; f.mu is held.
+func (f *stateFile) writeTo(path string) (int64, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", f.path, err)
+		return 0, fmt.Errorf("write %s: %w", path, err)
 	}
 	size, err := f.snapshot(tmp)
 	if err == nil {
@@ -51,12 +56,33 @@ func (f *stateFile) write() (int64, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), f.path)
+		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
-		return 0, errors.Join(fmt.Errorf("write %s: %w", f.path, err), os.Remove(tmp.Name()))
+		return 0, errors.Join(fmt.Errorf("write %s: %w", path, err), os.Remove(tmp.Name()))
 	}
 	return size, nil
+}
+
+// WriteState writes the silences and the notification log, as they are
+// now, into dir under the names New loads them from (a backup); it
+// returns each file's size.
+func (a *Alertmanager) WriteState(dir string) (map[string]int64, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	sizes := map[string]int64{}
+	for _, f := range []*stateFile{a.silencesFile, a.nflogFile} {
+		f.mu.Lock()
+		name := filepath.Base(f.path)
+		size, err := f.writeTo(filepath.Join(dir, name))
+		f.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		sizes[name] = size
+	}
+	return sizes, nil
 }
 
 // persistedLog is the notification log as the notify pipeline uses it:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/gpuscope/gpuscope/accounting"
 	"github.com/gpuscope/gpuscope/alertmanager"
+	"github.com/gpuscope/gpuscope/backup"
 	"github.com/gpuscope/gpuscope/config"
 	"github.com/gpuscope/gpuscope/dashboards"
 	"github.com/gpuscope/gpuscope/digest"
@@ -457,6 +459,12 @@ func (a *Appliance) Run(ctx context.Context) (err error) {
 	r.start("notify", a.notifier.Run)
 	r.start("rules", a.rules.Run)
 	r.start("digests", a.digest.Run)
+	// Backups are asked over a socket in the data directory, which only
+	// root and the user gpuscope runs as can reach (backup.SocketFile);
+	// it stops before the TSDB closes, so a backup in progress finishes.
+	r.start("control", func(ctx context.Context) error {
+		return backup.Serve(ctx, a.s.dataDir, a.backupHandler(), a.logger.With("component", "control"))
+	})
 
 	a.web.SetReady(true)
 	a.health.Checks(ctx) // the first run now, so that the page has them when first opened
@@ -469,6 +477,21 @@ func (a *Appliance) Run(ctx context.Context) (err error) {
 		quit:   a.web.Quit(),
 		ready:  a.web.SetReady,
 		logger: a.logger,
+	})
+}
+
+// backupHandler takes backups of the running appliance: its TSDB and
+// its Alertmanager's state.
+func (a *Appliance) backupHandler() http.Handler {
+	return backup.Handler(backup.HandlerOptions{
+		DataDir: a.s.dataDir,
+		Logger:  a.logger.With("component", "backup"),
+		Options: func() (backup.Options, error) {
+			if a.storage.Get() == nil {
+				return backup.Options{}, errors.New("the TSDB is not open yet")
+			}
+			return backup.Options{TSDB: a.storage, Alertmanager: a.am, Version: Version()}, nil
+		},
 	})
 }
 

@@ -1,0 +1,248 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-openapi/strfmt"
+	"github.com/prometheus/alertmanager/api/v2/models"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gpuscope/gpuscope/app/apptest"
+	"github.com/gpuscope/gpuscope/backup"
+)
+
+// TestBackupUnderLoadAndRestore is `gpuscope backup` and `gpuscope
+// restore` end to end: a demo appliance with a silence and run reports is
+// backed up while a storm of range queries runs against it and it keeps
+// scraping; the backup is restored into an empty data directory and
+// another appliance starts on it. The restored one has every sample the
+// first had stored before the backup was asked for, no sample the first
+// never had, the silence as it was, and the same run report over the
+// range whose samples both hold.
+//
+// What both hold is found from the samples themselves, not from a clock:
+// a sample committed after the snapshot may carry an older timestamp
+// (cAdvisor stamps its own, and scrape loops commit independently), so
+// the report is compared up to the oldest sample the first appliance
+// has and the backup lacks.
+func TestBackupUnderLoadAndRestore(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, t.TempDir(), "global:\n  scrape_interval: 5s\n")
+	p := serve(t, "", demo, configFile(cfg))
+	// From a minute before the appliance: the report needs a range.
+	start := time.Now().Add(-time.Minute).Truncate(time.Second)
+
+	eventually(t, 2*time.Minute, "a run report with GPU-hours", func() error {
+		for _, r := range p.Client.Report(start, time.Now()) {
+			if r.GPUHours > 0 && r.EnergyKWh != nil && *r.EnergyKWh > 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no run holds GPU-hours and energy yet")
+	})
+	silence := postSilence(t, p.URL, models.PostableSilence{Silence: models.Silence{
+		Matchers:  models.Matchers{{Name: ptr("alertname"), Value: ptr("GPUTemperatureHigh"), IsRegex: ptr(false), IsEqual: ptr(true)}},
+		StartsAt:  ptr(strfmt.DateTime(time.Now())),
+		EndsAt:    ptr(strfmt.DateTime(time.Now().Add(time.Hour))),
+		CreatedBy: ptr("backup test"),
+		Comment:   ptr("kept through a backup"),
+	}})
+
+	before := everySample(t, p.Client, time.Now())
+
+	// The storm: range queries over every series, four at a time, until
+	// the backup is done.
+	var (
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		queries atomic.Int64
+	)
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				q := url.Values{"query": {`sum by (__name__) (rate({__name__=~".+"}[1m]))`}, "start": {strconv.FormatInt(start.Unix(), 10)},
+					"end": {strconv.FormatInt(time.Now().Unix(), 10)}, "step": {"1"}}
+				resp, err := http.PostForm(p.URL+"/api/v1/query_range", q)
+				if err == nil {
+					resp.Body.Close()
+					queries.Add(1)
+				}
+			}
+		})
+	}
+	dest := filepath.Join(t.TempDir(), "backup")
+	dir, m, err := backup.Request(t.Context(), p.DataDir, dest)
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, err)
+	require.Equal(t, dest, dir)
+	t.Logf("%s; %d range queries beside it", backup.Describe(dir, m), queries.Load())
+	require.Contains(t, p.out.String(), `msg="Backup taken"`)
+	after := everySample(t, p.Client, time.Now())
+
+	into := filepath.Join(t.TempDir(), "restored")
+	_, err = backup.Restore(dest, into)
+	require.NoError(t, err)
+	// The restored appliance runs with the first one's settings (the run
+	// report's integrals use the demo's rule intervals); its demo finds
+	// the first one's cgroups and leaves them to it. It has the samples
+	// the backup brought, and its own from its start on, after the
+	// backup's newest.
+	q := serve(t, into, demo, configFile(cfg))
+	restored := everySample(t, q.Client, time.UnixMilli(m.TSDB.MaxTime))
+
+	var lost, invented int
+	for series, samples := range before {
+		for ts, v := range samples {
+			if got, ok := restored[series][ts]; !ok || !sameValue(got, v) {
+				lost++
+				if lost < 5 {
+					t.Errorf("lost: %s at %d (%v): restored %v, %v", series, ts, v, got, ok)
+				}
+			}
+		}
+	}
+	oldestLate := m.TSDB.MaxTime + 1
+	var late int
+	for series, samples := range after {
+		for ts, v := range samples {
+			if ts > m.TSDB.MaxTime {
+				continue
+			}
+			if _, ok := restored[series][ts]; !ok {
+				late++
+				oldestLate = min(oldestLate, ts)
+			} else if !sameValue(restored[series][ts], v) {
+				t.Errorf("%s at %d: %v, restored %v", series, ts, v, restored[series][ts])
+			}
+		}
+	}
+	for series, samples := range restored {
+		for ts, v := range samples {
+			if got, ok := after[series][ts]; !ok || !sameValue(got, v) {
+				invented++
+				if invented < 5 {
+					t.Errorf("invented: %s at %d (%v): the first appliance has %v, %v", series, ts, v, got, ok)
+				}
+			}
+		}
+	}
+	require.Zero(t, lost, "samples stored before the backup and missing from it")
+	require.Zero(t, invented, "samples in the restored appliance the first never had")
+	t.Logf("%d series and %d samples stored before the backup, all restored; %d committed after the snapshot with timestamps before its newest sample, the oldest at %s",
+		len(before), count(before), late, time.UnixMilli(oldestLate).UTC().Format(time.RFC3339Nano))
+
+	// The silence, as it was.
+	got := silences(t, q.URL)
+	require.Contains(t, got, silence)
+	want := silences(t, p.URL)[silence]
+	require.Equal(t, want.Matchers, got[silence].Matchers)
+	require.Equal(t, want.StartsAt.String(), got[silence].StartsAt.String())
+	require.Equal(t, want.EndsAt.String(), got[silence].EndsAt.String())
+	require.Equal(t, *want.CreatedBy, *got[silence].CreatedBy)
+	require.Equal(t, *want.Comment, *got[silence].Comment)
+	require.Equal(t, "active", *got[silence].Status.State)
+
+	// The run report over the range both hold the same samples of.
+	end := time.UnixMilli(oldestLate - 1).Truncate(time.Second)
+	require.True(t, end.After(start), "a range both hold")
+	wantRuns, gotRuns := runsByID(p.Client.Report(start, end)), runsByID(q.Client.Report(start, end))
+	var gpuHours float64
+	for id, w := range wantRuns {
+		g, ok := gotRuns[id]
+		require.True(t, ok, "run %s (%s) restored", id, w.Workload)
+		require.Equal(t, w.Workload, g.Workload)
+		require.Equal(t, w.GPUs, g.GPUs, w.Workload)
+		require.Equal(t, w.GPUHours, g.GPUHours, w.Workload)
+		require.Equal(t, w.EnergyKWh, g.EnergyKWh, w.Workload)
+		require.Equal(t, w.CPUCoreSeconds, g.CPUCoreSeconds, w.Workload)
+		require.Equal(t, w.XIDErrors, g.XIDErrors, w.Workload)
+		gpuHours += w.GPUHours
+	}
+	require.Len(t, gotRuns, len(wantRuns), "no run the first appliance's report lacks")
+	require.Positive(t, gpuHours, "the report compared holds GPU-hours")
+	t.Logf("run report to %s: %d runs, %.4f GPU-hours, equal in both", end.UTC().Format(time.RFC3339), len(wantRuns), gpuHours)
+}
+
+// everySample is every sample an appliance holds up to at, by series and
+// timestamp (ms).
+func everySample(t *testing.T, c apptest.Client, at time.Time) map[string]map[int64]model.SampleValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, _, _, err := c.API().Query(ctx, `{__name__=~".+"}[1h]`, at)
+	require.NoError(t, err)
+	out := map[string]map[int64]model.SampleValue{}
+	for _, s := range v.(model.Matrix) {
+		m := map[int64]model.SampleValue{}
+		for _, p := range s.Values {
+			m[int64(p.Timestamp)] = p.Value
+		}
+		out[s.Metric.String()] = m
+	}
+	return out
+}
+
+func count(samples map[string]map[int64]model.SampleValue) int {
+	n := 0
+	for _, s := range samples {
+		n += len(s)
+	}
+	return n
+}
+
+// sameValue is equality with NaN equal to NaN (a rule's 0/0).
+func sameValue(a, b model.SampleValue) bool { return a.Equal(b) }
+
+func runsByID(runs []apptest.ReportRun) map[string]apptest.ReportRun {
+	out := map[string]apptest.ReportRun{}
+	for _, r := range runs {
+		out[r.ID] = r
+	}
+	return out
+}
+
+func postSilence(t *testing.T, base string, s models.PostableSilence) string {
+	t.Helper()
+	body, err := json.Marshal(s)
+	require.NoError(t, err)
+	resp, err := http.Post(base+"/api/v2/silences", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct {
+		SilenceID string `json:"silenceID"`
+	}
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	require.NotEmpty(t, out.SilenceID)
+	return out.SilenceID
+}
+
+func silences(t *testing.T, base string) map[string]*models.GettableSilence {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v2/silences")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var list models.GettableSilences
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	out := map[string]*models.GettableSilence{}
+	for _, s := range list {
+		out[*s.ID] = s
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
