@@ -123,12 +123,15 @@ type entry struct {
 // basePayload is what both packages must contain besides the docs:
 // nfpm.yaml's contents. The deb also lists the standard parent directories.
 var basePayload = map[string]entry{
-	"/usr/bin/gpuscope":                        {"-rwxr-xr-x", "root/root"},
-	"/etc/gpuscope":                            {"drwxr-xr-x", "root/root"},
-	"/etc/gpuscope/gpuscope.yml":               {"-rw-r--r--", "root/root"},
-	"/usr/lib/systemd/system/gpuscope.service": {"-rw-r--r--", "root/root"},
-	"/var/lib/gpuscope":                        {"drwxr-x---", "gpuscope/gpuscope"},
-	"/usr/share/man/man1/gpuscope.1.gz":        {"-rw-r--r--", "root/root"},
+	"/usr/bin/gpuscope":                              {"-rwxr-xr-x", "root/root"},
+	"/etc/gpuscope":                                  {"drwxr-xr-x", "root/root"},
+	"/etc/gpuscope/gpuscope.yml":                     {"-rw-r--r--", "root/root"},
+	"/usr/lib/systemd/system/gpuscope.service":       {"-rw-r--r--", "root/root"},
+	"/usr/lib/systemd/system/gpuscope-agent.service": {"-rw-r--r--", "root/root"},
+	"/etc/gpuscope/agent.yml":                        {"-rw-r--r--", "root/root"},
+	"/etc/default/gpuscope-agent":                    {"-rw-r--r--", "root/root"},
+	"/var/lib/gpuscope":                              {"drwxr-x---", "gpuscope/gpuscope"},
+	"/usr/share/man/man1/gpuscope.1.gz":              {"-rw-r--r--", "root/root"},
 }
 
 // docDir is where the packages put README.md, LICENSE and docs/.
@@ -154,7 +157,7 @@ func wantPayload(t *testing.T, repo string) map[string]entry {
 	return want
 }
 
-var debParents = []string{"/etc", "/usr", "/usr/bin", "/usr/lib", "/usr/lib/systemd", "/usr/lib/systemd/system", "/var", "/var/lib",
+var debParents = []string{"/etc", "/etc/default", "/usr", "/usr/bin", "/usr/lib", "/usr/lib/systemd", "/usr/lib/systemd/system", "/var", "/var/lib",
 	"/usr/share", "/usr/share/doc", "/usr/share/man", "/usr/share/man/man1"}
 
 // TestDebAndRPM builds both packages with packaging/build.sh, compares
@@ -172,8 +175,9 @@ func TestDebAndRPM(t *testing.T) {
 
 	// The chroot downloads while the binary compiles.
 	// systemd: systemctl enable in the chroot, then booting it; dbus: what
-	// systemctl poweroff reaches logind by; procps: /bin/kill (ExecReload).
-	rootfs := pkgtest.StartDebootstrap(t, "systemd", "dbus", "procps")
+	// systemctl poweroff reaches logind by; procps: /bin/kill (ExecReload);
+	// curl: the checks under the booted systemd ask the API.
+	rootfs := pkgtest.StartDebootstrap(t, "systemd", "dbus", "procps", "curl")
 
 	dist := t.TempDir()
 	version := strings.TrimSpace(pkgtest.Run(t, pkgtest.Cmd{Dir: repo}, "packaging/build.sh", "version"))
@@ -188,8 +192,9 @@ func TestDebAndRPM(t *testing.T) {
 	t.Run("deb control", func(t *testing.T) {
 		fields := pkgtest.Run(t, pkgtest.Cmd{}, "dpkg-deb", "--field", deb, "Package", "Version", "Architecture")
 		require.Equal(t, "Package: gpuscope\nVersion: "+debVersion(version)+"\nArchitecture: amd64\n", fields)
-		conffiles := pkgtest.Run(t, pkgtest.Cmd{}, "dpkg-deb", "--info", deb, "conffiles")
-		require.Equal(t, "/etc/gpuscope/gpuscope.yml\n", conffiles)
+		conffiles := strings.Fields(pkgtest.Run(t, pkgtest.Cmd{}, "dpkg-deb", "--info", deb, "conffiles"))
+		sort.Strings(conffiles)
+		require.Equal(t, []string{"/etc/default/gpuscope-agent", "/etc/gpuscope/agent.yml", "/etc/gpuscope/gpuscope.yml"}, conffiles)
 	})
 
 	t.Run("glibc dependency covers the binary", func(t *testing.T) {
@@ -223,7 +228,9 @@ func TestDebAndRPM(t *testing.T) {
 		require.Equal(t, strings.Join(paths, "\n")+"\n", pkgtest.Run(t, pkgtest.Cmd{}, "rpm", "-qpl", rpm))
 
 		flags := pkgtest.Run(t, pkgtest.Cmd{}, "rpm", "-qp", "--queryformat", "[%{FILEFLAGS:fflags} %{FILENAMES}\n]", rpm)
-		require.Contains(t, flags, "cn /etc/gpuscope/gpuscope.yml\n", "the config must be %%config(noreplace)")
+		for _, f := range []string{"/etc/gpuscope/gpuscope.yml", "/etc/gpuscope/agent.yml", "/etc/default/gpuscope-agent"} {
+			require.Contains(t, flags, "cn "+f+"\n", "%s must be %%config(noreplace)", f)
+		}
 	})
 
 	// Each step below starts from the state the one before left.
@@ -257,10 +264,17 @@ func TestDebAndRPM(t *testing.T) {
 		// Enabled, although no systemd runs here to start it.
 		require.Equal(t, "enabled\n", chroot("systemctl", "is-enabled", "gpuscope.service"))
 		require.FileExists(t, wants)
-		// The unit as installed, against the chroot's systemd (252, Debian 12).
-		out, errOut, err := pkgtest.Cmd{}.Output("chroot", root, "systemd-analyze", "verify", "/usr/lib/systemd/system/gpuscope.service")
-		require.NoError(t, err, "systemd-analyze verify:\n%s%s", out, errOut)
-		require.Empty(t, strings.TrimSpace(out+errOut), "systemd-analyze verify has complaints")
+		// The units as installed, against the chroot's systemd (252, Debian 12).
+		for _, unit := range []string{"gpuscope.service", "gpuscope-agent.service"} {
+			out, errOut, err := pkgtest.Cmd{}.Output("chroot", root, "systemd-analyze", "verify", "/usr/lib/systemd/system/"+unit)
+			require.NoError(t, err, "systemd-analyze verify %s:\n%s%s", unit, out, errOut)
+			require.Empty(t, strings.TrimSpace(out+errOut), "systemd-analyze verify %s has complaints", unit)
+		}
+		// The agent is installed, not enabled: it replaces the appliance
+		// only where an admin says so.
+		out, _, _ := pkgtest.Cmd{}.Output("chroot", root, "systemctl", "is-enabled", "gpuscope-agent.service")
+		require.Equal(t, "disabled\n", out)
+		require.Contains(t, chroot("gpuscope", "check", "config", "/etc/gpuscope/agent.yml"), "SUCCESS")
 
 		uid, gid := serviceUser(t, root)
 		fi, err := os.Stat(dataDir)
@@ -311,9 +325,11 @@ func TestDebAndRPM(t *testing.T) {
 		require.DirExists(t, filepath.Join(dataDir, "wal"), "the TSDB writes its WAL into the data dir\n%s", p.out.String())
 	})
 
+	// A newer build, for the upgrades below.
+	const next = "99.0.0"
+	nextDeb := filepath.Join(t.TempDir(), "gpuscope_"+next+"_amd64.deb")
 	step("deb upgrade keeps an edited config and the data", func(t *testing.T) {
-		dist2 := t.TempDir()
-		const next = "99.0.0"
+		dist2 := filepath.Dir(nextDeb)
 		pkgtest.Run(t, pkgtest.Cmd{Dir: repo, Env: []string{"DIST=" + dist2, "VERSION=" + next}, Timeout: 15 * time.Minute, Background: true},
 			"packaging/build.sh", "deb")
 		f, err := os.OpenFile(config, os.O_APPEND|os.O_WRONLY, 0)
@@ -322,7 +338,7 @@ func TestDebAndRPM(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 
-		chroot("dpkg", "-i", copyIn(filepath.Join(dist2, "gpuscope_"+next+"_amd64.deb")))
+		chroot("dpkg", "-i", copyIn(nextDeb))
 		require.Contains(t, chroot("gpuscope", "version"), "gpuscope, version "+next+" ")
 		b, err := os.ReadFile(config)
 		require.NoError(t, err)
@@ -350,13 +366,17 @@ func TestDebAndRPM(t *testing.T) {
 	step("deb under a running systemd", func(t *testing.T) {
 		// The chroot boots its own systemd (252) as PID 1 in a container;
 		// a oneshot unit installs the deb there, so the postinst sees
-		// systemd running and must start the hardened unit, and records
-		// what it sees, then powers off.
+		// systemd running and must start the hardened unit; it takes a
+		// backup as the service user, runs the agent's unit in the
+		// appliance's place, upgrades the deb in place, records what it
+		// sees, then powers off.
 		// /root, not /tmp: the booted systemd mounts a fresh /tmp.
-		b, err := os.ReadFile(deb)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(root, "root", filepath.Base(deb)), b, 0o644))
-		require.NoError(t, os.WriteFile(filepath.Join(root, "usr/local/bin/gpuscope-check"), []byte(systemdCheck(filepath.Base(deb))), 0o755))
+		for _, f := range []string{deb, nextDeb} {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(root, "root", filepath.Base(f)), b, 0o644))
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(root, "usr/local/bin/gpuscope-check"), []byte(systemdCheck(filepath.Base(deb), filepath.Base(nextDeb))), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(root, "etc/systemd/system/gpuscope-check.service"), []byte(`[Unit]
 Description=install gpuscope under systemd and record what happens
 After=multi-user.target
@@ -371,6 +391,8 @@ WantedBy=default.target
 		out, err := os.ReadFile(filepath.Join(root, "root/gpuscope-check.out"))
 		require.NoError(t, err, "the check unit wrote nothing: did the container boot?")
 		journal, _ := os.ReadFile(filepath.Join(root, "root/gpuscope.journal"))
+		agentJournal, _ := os.ReadFile(filepath.Join(root, "root/gpuscope-agent.journal"))
+		journal = append(append(journal, "\n--- journal of gpuscope-agent.service:\n"...), agentJournal...)
 		got := map[string]string{}
 		for line := range strings.SplitSeq(string(out), "\n") {
 			if k, v, ok := strings.Cut(line, "="); ok && !strings.Contains(k, " ") {
@@ -378,15 +400,25 @@ WantedBy=default.target
 			}
 		}
 		want := map[string]string{
-			"active-after-install":  "active",
-			"enabled-after-install": "enabled",
-			"ready":                 "yes",
-			"user":                  "gpuscope",
-			"capeff":                "0000000000000000",
-			"active-after-reload":   "active",
-			"active-after-remove":   "inactive",
-			"data-after-remove":     "present",
-			"data-after-purge":      "gone",
+			"active-after-install":   "active",
+			"enabled-after-install":  "enabled",
+			"ready":                  "yes",
+			"user":                   "gpuscope",
+			"capeff":                 "0000000000000000",
+			"active-after-reload":    "active",
+			"backup":                 "taken",
+			"agent-enabled":          "disabled",
+			"agent-serving":          "yes",
+			"agent-active":           "active",
+			"agent-user":             "gpuscope",
+			"appliance-beside-agent": "inactive",
+			"agent-after-appliance":  "inactive",
+			"active-after-upgrade":   "active",
+			"version-after-upgrade":  next,
+			"upgrade-kept-data":      "yes",
+			"active-after-remove":    "inactive",
+			"data-after-remove":      "present",
+			"data-after-purge":       "gone",
 		}
 		for k, v := range want {
 			require.Equal(t, v, got[k], "%s\n--- check output:\n%s\n--- journal of gpuscope.service:\n%s", k, out, journal)
@@ -414,30 +446,65 @@ WantedBy=default.target
 }
 
 // systemdCheck is the script the check unit runs inside the booted
-// container: it installs the deb and reports key=value lines.
-func systemdCheck(deb string) string {
+// container: it installs the deb, later upgrades it to nextDeb, and
+// reports key=value lines.
+func systemdCheck(deb, nextDeb string) string {
 	return `#!/bin/bash
 exec > /root/gpuscope-check.out 2>&1
-ready() {
-	exec 3<>/dev/tcp/127.0.0.1/9089 || return 1
-	printf 'GET /-/ready HTTP/1.0\r\n\r\n' >&3
-	grep -q 'gpuscope is Ready' <&3
-	local ok=$?
-	exec 3<&-
-	return $ok
-}
+get() { curl -fsS --max-time 10 "http://127.0.0.1:9089$1"; }
+ready() { get /-/ready 2>/dev/null | grep -q 'gpuscope is Ready'; }
+wait_ready() { for i in $(seq 90); do if ready; then return 0; fi; sleep 1; done; return 1; }
 dpkg -i /root/` + deb + `
 echo "active-after-install=$(systemctl is-active gpuscope.service)"
 echo "enabled-after-install=$(systemctl is-enabled gpuscope.service)"
-r=no
-for i in $(seq 90); do if ready 2>/dev/null; then r=yes; break; fi; sleep 1; done
-echo "ready=$r"
+if wait_ready; then echo ready=yes; else echo ready=no; fi
 pid=$(systemctl show -p MainPID --value gpuscope.service)
 echo "user=$(ps -o user= -p "$pid")"
 echo "capeff=$(awk '/^CapEff/ {print $2}' /proc/$pid/status)"
 systemctl reload gpuscope.service
 sleep 2
 echo "active-after-reload=$(systemctl is-active gpuscope.service)"
+
+# A backup as the service user, over the control socket, into the data
+# directory (the only place the hardened unit may write).
+if out=$(runuser -u gpuscope -- gpuscope backup --storage.tsdb.path=/var/lib/gpuscope 2>&1); then
+	echo "backup-said: $out"
+	dir=$(echo "$out" | sed -n 's/^backup \([^ ]*\) .*/\1/p')
+	if [ -f "$dir/backup.json" ]; then echo backup=taken; else echo "backup=no manifest in '$dir'"; fi
+else
+	echo "backup=failed: $out"
+fi
+
+# The agent: installed disabled; started, it takes the appliance's place
+# (Conflicts=), which stops cleanly: every sample up to now is on disk.
+echo "agent-enabled=$(systemctl is-enabled gpuscope-agent.service)"
+at=$(date +%s)
+systemctl start gpuscope-agent.service
+a=no; for i in $(seq 60); do if get /metrics/gpu >/dev/null 2>&1; then a=yes; break; fi; sleep 1; done
+echo "agent-serving=$a"
+echo "agent-active=$(systemctl is-active gpuscope-agent.service)"
+echo "appliance-beside-agent=$(systemctl is-active gpuscope.service)"
+apid=$(systemctl show -p MainPID --value gpuscope-agent.service)
+echo "agent-user=$(ps -o user= -p "$apid")"
+journalctl -u gpuscope-agent.service --no-pager > /root/gpuscope-agent.journal
+systemctl start gpuscope.service
+wait_ready
+echo "agent-after-appliance=$(systemctl is-active gpuscope-agent.service)"
+
+# Upgrade in place with the service running: it restarts on the new
+# version, with the samples stored before.
+q="/api/v1/query?query=count_over_time(up%5B1h%5D)&time=$at"
+before=$(get "$q")
+dpkg -i /root/` + nextDeb + `
+wait_ready
+echo "active-after-upgrade=$(systemctl is-active gpuscope.service)"
+echo "version-after-upgrade=$(get /api/v1/status/buildinfo | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')"
+after=$(get "$q")
+if [ -n "$before" ] && [ "$before" = "$after" ] && echo "$before" | grep -q '"result":\[{'; then
+	echo upgrade-kept-data=yes
+else
+	echo "upgrade-kept-data=no: before $before, after $after"
+fi
 journalctl -u gpuscope.service --no-pager > /root/gpuscope.journal
 dpkg --remove gpuscope
 echo "active-after-remove=$(systemctl is-active gpuscope.service)"

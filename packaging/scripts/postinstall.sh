@@ -37,15 +37,21 @@ if [ ! -d /run/systemd/system ]; then
 fi
 
 systemctl daemon-reload || true
-if [ "$action" = install ]; then
-    verb=start
-else
-    verb=try-restart
-fi
 # deb-systemd-invoke honours policy-rc.d (image builds that forbid starts).
-if command -v deb-systemd-invoke >/dev/null 2>&1; then
-    deb-systemd-invoke "$verb" gpuscope.service || echo "gpuscope: $verb failed; see journalctl -u gpuscope" >&2
+invoke() {
+    if command -v deb-systemd-invoke >/dev/null 2>&1; then
+        deb-systemd-invoke "$1" "$2" || echo "gpuscope: $1 $2 failed; see journalctl -u $2" >&2
+    else
+        systemctl "$1" "$2" || echo "gpuscope: $1 $2 failed; see journalctl -u $2" >&2
+    fi
+}
+# The agent (gpuscope-agent.service) is installed disabled: it runs only
+# where an admin enabled it instead of the appliance (they conflict), and
+# an upgrade restarts whichever of the two runs.
+if [ "$action" = install ]; then
+    invoke start gpuscope.service
 else
-    systemctl "$verb" gpuscope.service || echo "gpuscope: $verb failed; see journalctl -u gpuscope" >&2
+    invoke try-restart gpuscope.service
+    invoke try-restart gpuscope-agent.service
 fi
 exit 0

@@ -10,8 +10,8 @@ case "$1" in
 esac
 
 command -v systemctl >/dev/null 2>&1 || exit 0
-systemctl disable gpuscope.service >/dev/null 2>&1 || true
+systemctl disable gpuscope.service gpuscope-agent.service >/dev/null 2>&1 || true
 if [ -d /run/systemd/system ]; then
-    systemctl stop gpuscope.service || true
+    systemctl stop gpuscope.service gpuscope-agent.service || true
 fi
 exit 0
