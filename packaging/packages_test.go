@@ -478,6 +478,8 @@ fi
 # The agent: installed disabled; started, it takes the appliance's place
 # (Conflicts=), which stops cleanly: every sample up to now is on disk.
 echo "agent-enabled=$(systemctl is-enabled gpuscope-agent.service)"
+# Once the first scrape is stored (its offset in the interval is random).
+for i in $(seq 60); do if get "/api/v1/query?query=count_over_time(up%5B1h%5D)" | grep -q '"result":\[{'; then break; fi; sleep 1; done
 at=$(date +%s)
 systemctl start gpuscope-agent.service
 a=no; for i in $(seq 60); do if get /metrics/gpu >/dev/null 2>&1; then a=yes; break; fi; sleep 1; done
