@@ -415,7 +415,7 @@ WantedBy=default.target
 			"agent-after-appliance":  "inactive",
 			"active-after-upgrade":   "active",
 			"version-after-upgrade":  next,
-			"upgrade-kept-data":      "yes",
+			"data-after-upgrade":     "present",
 			"active-after-remove":    "inactive",
 			"data-after-remove":      "present",
 			"data-after-purge":       "gone",
