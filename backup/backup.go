@@ -30,7 +30,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/prometheus/prometheus/tsdb"
@@ -250,7 +249,6 @@ func blocks(dir string) (TSDB, error) {
 		}
 		metas = append(metas, meta)
 	}
-	sort.Slice(metas, func(i, j int) bool { return metas[i].MinTime < metas[j].MinTime })
 	for i, meta := range metas {
 		if i == 0 || meta.MinTime < sum.MinTime {
 			sum.MinTime = meta.MinTime
