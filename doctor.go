@@ -63,8 +63,13 @@ func runDoctor(ctx context.Context, stdout, stderr io.Writer, f *doctorFlags, lo
 	if f.format == "json" {
 		err = doctor.WriteJSON(stdout, checks)
 	} else {
-		fmt.Fprintf(stdout, "gpuscope doctor: config %s, data %s, listen %s, running gpuscope %s\n\n",
-			cmp.Or(f.File, "embedded default"), o.DataDir, o.ListenAddress, cmp.Or(o.URL, "none"))
+		// Whether one runs there is the appliance check's to say.
+		ask := "asking no running gpuscope"
+		if o.URL != "" {
+			ask = "asking a gpuscope at " + o.URL
+		}
+		fmt.Fprintf(stdout, "gpuscope doctor: config %s, data %s, listen %s, %s\n\n",
+			cmp.Or(f.File, "embedded default"), o.DataDir, o.ListenAddress, ask)
 		err = doctor.WriteText(stdout, checks)
 	}
 	if err != nil {

@@ -38,6 +38,9 @@ func grafanaProvisionCommand(cli *kingpin.Application) command {
 		if err != nil {
 			return err
 		}
+		if dashboards.IsLoopbackURL(*url) {
+			logger.Warn("The data source's --url is this host's loopback: a Grafana in a container reaches itself there, not gpuscope; give the host's name or IP unless Grafana runs on the host network", "url", *url)
+		}
 		return printPaths(dashboards.Provision(set, *dir, dashboards.ProvisionOptions{
 			URL:            *url,
 			ScrapeInterval: time.Duration(cfg.Prometheus.GlobalConfig.ScrapeInterval),

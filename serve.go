@@ -99,10 +99,10 @@ func runWithSignals(ctx context.Context, r interface {
 			case <-ctx.Done():
 				return
 			case <-hup:
+				// The appliance logs its own failures, as it does for
+				// POST /-/reload.
 				if err := r.Reload(); errors.Is(err, app.ErrAgentReloadsNothing) {
 					logger.Warn(err.Error())
-				} else if err != nil {
-					logger.Error("Reload failed; the previous configuration stays in effect", "err", err)
 				}
 			}
 		}

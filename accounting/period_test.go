@@ -37,3 +37,17 @@ func TestPeriod(t *testing.T) {
 		})
 	}
 }
+
+// TestUnixTimeAtTheMillisecond: a run's start and end, read from PromQL as
+// float seconds, are the stored milliseconds, without the float's noise
+// (the newcomer trial's "03:36:03.818000078Z").
+func TestUnixTimeAtTheMillisecond(t *testing.T) {
+	for v, want := range map[float64]string{
+		1796614563.818: "2026-12-07T03:36:03.818Z",
+		1796614563:     "2026-12-07T03:36:03Z",
+		1796614563.999: "2026-12-07T03:36:03.999Z",
+		0.001:          "1970-01-01T00:00:00.001Z",
+	} {
+		require.Equal(t, want, unixTime(v).Format(time.RFC3339Nano), "%f", v)
+	}
+}

@@ -809,7 +809,9 @@ func gpuName(m labels.Labels) string {
 	return name
 }
 
+// unixTime is a timestamp PromQL gave as float seconds, at the
+// millisecond the TSDB stores: the float's last bits are not a time
+// (1796614563.818 is 1796614563.818000078 as a float64).
 func unixTime(v float64) time.Time {
-	sec, frac := math.Modf(v)
-	return time.Unix(int64(sec), int64(frac*1e9)).UTC()
+	return time.UnixMilli(int64(math.Round(v * 1000))).UTC()
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-openapi/strfmt"
 	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/prometheus/alertmanager/notify/webhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -444,6 +446,28 @@ func TestHandlerBeforeAndAfterRun(t *testing.T) {
 	r.stop()
 	code, _ = r.do(http.MethodGet, "/api/v2/status", nil)
 	require.Equal(t, http.StatusServiceUnavailable, code)
+}
+
+// TestStatusSpeaksForAlertmanager: /api/v2/status's uptime is when the
+// Alertmanager started, though its API is built on the first request,
+// later; the rest of the answer is the API's own.
+func TestStatusSpeaksForAlertmanager(t *testing.T) {
+	r := startAM(t, t.TempDir(), "")
+	time.Sleep(10 * time.Millisecond) // the API, built below, would say now
+	code, body := r.do(http.MethodGet, "/api/v2/status", nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	var status struct {
+		Uptime      strfmt.DateTime `json:"uptime"`
+		VersionInfo struct {
+			Version   string `json:"version"`
+			GoVersion string `json:"goVersion"`
+		} `json:"versionInfo"`
+		Config struct{ Original string } `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal(body, &status))
+	require.Equal(t, r.am.startTime.UTC().Truncate(time.Millisecond), time.Time(status.Uptime).UTC())
+	require.Equal(t, runtime.Version(), status.VersionInfo.GoVersion)
+	require.Contains(t, status.Config.Original, "receiver: nobody")
 }
 
 // TestApplyConfigWhileRunning: a receiver added while alerts are held

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gpuscope/gpuscope/app"
 	"github.com/gpuscope/gpuscope/app/apptest"
 )
 
@@ -299,7 +300,9 @@ rules:
         for: 30m
         labels: {severity: critical, team: e2e}
 `), 0o644))
-	p := serve(t, "", configFile(cfgFile))
+	p := serve(t, "", configFile(cfgFile), apptest.Settings(func(s *app.Settings) {
+		s.EnableLifecycle, s.AllowUnauthenticatedAdmin = true, true
+	}))
 
 	// The test's own context, not one deadline over all its waits: each
 	// has its own.
@@ -338,10 +341,14 @@ rules:
 	}
 	require.Equal(t, []string{rulesFile + " e2e"}, targetDown, "the user's TargetDown replaces the built-in one")
 
-	// Break the file and reload.
+	// Break the file and reload, as a Prometheus user does, by POST
+	// /-/reload: the caller gets the error, and the log has it too.
 	require.NoError(t, os.WriteFile(rulesFile, []byte(badRules), 0o644))
-	reloadErr := p.reload()
-	require.ErrorContains(t, reloadErr, rulesFile+": 5:15:", "the reload fails, naming file and line")
+	code, body := p.Post("/-/reload", "")
+	require.Equal(t, http.StatusInternalServerError, code, body)
+	require.Contains(t, body, rulesFile+": 5:15:", "the reload fails, naming file and line")
+	require.Contains(t, p.out.String(), "Reload failed; the previous configuration stays in effect")
+	require.Contains(t, p.out.String(), rulesFile+": 5:15:", "the log names file and line")
 	eventually(t, 20*time.Second, "reload failure in the metric", func() error {
 		v, err := p.instant(`gpuscope_config_last_reload_successful`)
 		if err != nil {

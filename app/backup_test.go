@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -17,6 +19,10 @@ import (
 	"github.com/go-openapi/strfmt"
 	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gpuscope/gpuscope/app/apptest"
@@ -60,40 +66,37 @@ func TestBackupUnderLoadAndRestore(t *testing.T) {
 		Comment:   ptr("kept through a backup"),
 	}})
 
-	before := everySample(t, p.Client, time.Now())
-
-	// The storm: range queries over every series, four at a time, until
-	// the backup is done.
+	// A backup under load. The report is compared up to the oldest sample
+	// committed after the snapshot (below), which a backup taken soon
+	// after the start can place before the accounting rules' first
+	// samples: the state was not ready then, and another backup is taken
+	// until its samples hold a report with GPU-hours.
 	var (
-		stop    atomic.Bool
-		wg      sync.WaitGroup
-		queries atomic.Int64
+		dest          string
+		m             *backup.Manifest
+		before, after map[string]map[int64]model.SampleValue
 	)
-	for range 4 {
-		wg.Go(func() {
-			for !stop.Load() {
-				q := url.Values{"query": {`sum by (__name__) (rate({__name__=~".+"}[1m]))`}, "start": {strconv.FormatInt(start.Unix(), 10)},
-					"end": {strconv.FormatInt(time.Now().Unix(), 10)}, "step": {"1"}}
-				resp, err := http.PostForm(p.URL+"/api/v1/query_range", q)
-				if err == nil {
-					resp.Body.Close()
-					queries.Add(1)
-				}
-			}
-		})
+	for attempt := 1; ; attempt++ {
+		before = everySample(t, p.Client, time.Now())
+		dest = filepath.Join(t.TempDir(), "backup")
+		var queries int64
+		m, queries = backupUnderStorm(t, p, start, dest)
+		t.Logf("attempt %d: %s; %d range queries beside it", attempt, backup.Describe(dest, m), queries)
+		after = everySample(t, p.Client, time.Now())
+		oldest := oldestMissing(after, backupSamples(t, dest), m.TSDB.MaxTime)
+		var held float64
+		for _, r := range p.Client.Report(start, time.UnixMilli(oldest-1).Truncate(time.Second)) {
+			held += r.GPUHours
+		}
+		if held > 0 {
+			break
+		}
+		require.Less(t, attempt, 10, "no backup whose samples hold a run report with GPU-hours")
 	}
-	dest := filepath.Join(t.TempDir(), "backup")
-	dir, m, err := backup.Request(t.Context(), p.DataDir, dest)
-	stop.Store(true)
-	wg.Wait()
-	require.NoError(t, err)
-	require.Equal(t, dest, dir)
-	t.Logf("%s; %d range queries beside it", backup.Describe(dir, m), queries.Load())
 	require.Contains(t, p.out.String(), `msg="Backup taken"`)
-	after := everySample(t, p.Client, time.Now())
 
 	into := filepath.Join(t.TempDir(), "restored")
-	_, err = backup.Restore(dest, into)
+	_, err := backup.Restore(dest, into)
 	require.NoError(t, err)
 	// The restored appliance runs with the first one's settings (the run
 	// report's integrals use the demo's rule intervals); its demo finds
@@ -174,6 +177,90 @@ func TestBackupUnderLoadAndRestore(t *testing.T) {
 	require.Len(t, gotRuns, len(wantRuns), "no run the first appliance's report lacks")
 	require.Positive(t, gpuHours, "the report compared holds GPU-hours")
 	t.Logf("run report to %s: %d runs, %.4f GPU-hours, equal in both", end.UTC().Format(time.RFC3339), len(wantRuns), gpuHours)
+}
+
+// backupUnderStorm takes a backup of p into dest while four clients ask
+// for range queries over every series; it returns the manifest and how
+// many queries were answered beside it.
+func backupUnderStorm(t *testing.T, p *process, start time.Time, dest string) (*backup.Manifest, int64) {
+	t.Helper()
+	var (
+		stop    atomic.Bool
+		wg      sync.WaitGroup
+		queries atomic.Int64
+	)
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				q := url.Values{"query": {`sum by (__name__) (rate({__name__=~".+"}[1m]))`}, "start": {strconv.FormatInt(start.Unix(), 10)},
+					"end": {strconv.FormatInt(time.Now().Unix(), 10)}, "step": {"1"}}
+				resp, err := http.PostForm(p.URL+"/api/v1/query_range", q)
+				if err == nil {
+					resp.Body.Close()
+					queries.Add(1)
+				}
+			}
+		})
+	}
+	dir, m, err := backup.Request(t.Context(), p.DataDir, dest)
+	stop.Store(true)
+	wg.Wait()
+	require.NoError(t, err)
+	require.Equal(t, dest, dir)
+	return m, queries.Load()
+}
+
+// backupSamples is every sample of a backup's TSDB, read from its blocks
+// (a snapshot has no WAL).
+func backupSamples(t *testing.T, dir string) map[string]map[int64]model.SampleValue {
+	t.Helper()
+	out := map[string]map[int64]model.SampleValue{}
+	blocks, err := os.ReadDir(filepath.Join(dir, "tsdb"))
+	require.NoError(t, err)
+	for _, d := range blocks {
+		if !d.IsDir() {
+			continue
+		}
+		b, err := tsdb.OpenBlock(promslog.NewNopLogger(), filepath.Join(dir, "tsdb", d.Name()), nil, nil)
+		require.NoError(t, err)
+		q, err := tsdb.NewBlockQuerier(b, math.MinInt64, math.MaxInt64)
+		require.NoError(t, err)
+		ss := q.Select(t.Context(), false, nil, labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, ".+"))
+		for ss.Next() {
+			s := ss.At()
+			metric := model.Metric{}
+			s.Labels().Range(func(l labels.Label) { metric[model.LabelName(l.Name)] = model.LabelValue(l.Value) })
+			key := metric.String() // as everySample names it
+			if out[key] == nil {
+				out[key] = map[int64]model.SampleValue{}
+			}
+			it := s.Iterator(nil)
+			for it.Next() == chunkenc.ValFloat {
+				ts, v := it.At()
+				out[key][ts] = model.SampleValue(v)
+			}
+			require.NoError(t, it.Err())
+		}
+		require.NoError(t, ss.Err())
+		require.NoError(t, q.Close())
+		require.NoError(t, b.Close())
+	}
+	return out
+}
+
+// oldestMissing is the oldest timestamp, at most maxTime, of a sample in
+// have that got lacks: one committed after the snapshot with an older
+// timestamp (cAdvisor stamps its own); maxTime+1 if none.
+func oldestMissing(have, got map[string]map[int64]model.SampleValue, maxTime int64) int64 {
+	oldest := maxTime + 1
+	for series, samples := range have {
+		for ts := range samples {
+			if _, ok := got[series][ts]; !ok && ts <= maxTime {
+				oldest = min(oldest, ts)
+			}
+		}
+	}
+	return oldest
 }
 
 // everySample is every sample an appliance holds up to at, by series and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -53,10 +54,20 @@ func (s *reloadState) set(ok bool) {
 // Reload reads the config file again and applies it (the binary calls
 // it on SIGHUP; POST /-/reload comes here too); an invalid file changes
 // nothing, and its error says why. Safe while Run runs; one reload runs
-// at a time.
+// at a time. A failure is logged here, whoever asked (SIGHUP, POST
+// /-/reload), as Prometheus's reloadConfig does: the HTTP caller sees the
+// error, but the log is where an operator looks afterwards.
 func (a *Appliance) Reload() error {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
+	err := a.reloadLocked()
+	if err != nil {
+		a.logger.Error("Reload failed; the previous configuration stays in effect", "file", a.set.ConfigFile, "err", err)
+	}
+	return err
+}
+
+func (a *Appliance) reloadLocked() error {
 	a.logger.Info("Loading configuration file", "file", a.set.ConfigFile)
 	cfg, err := a.set.loader().Load()
 	if err != nil {
@@ -74,10 +85,31 @@ func (a *Appliance) Reload() error {
 		return err
 	}
 	old := a.config.Load()
-	if !reflect.DeepEqual(cfg.Cadvisor, old.Cadvisor) || !reflect.DeepEqual(cfg.GPU, old.GPU) || cfg.Web != old.Web {
-		a.logger.Warn("Changes to the cadvisor, gpu and web sections take effect at the next start")
+	if later := changedAtStartOnly(old, cfg); len(later) > 0 {
+		a.logger.Warn("These sections changed, and take effect at the next start; the rest is applied now", "sections", strings.Join(later, ", "))
 	}
 	return a.applyConfig(cfg)
+}
+
+// changedAtStartOnly names the sections that differ between old and cfg
+// and are read only when the collectors and the listener are built.
+func changedAtStartOnly(old, cfg *config.Config) []string {
+	var names []string
+	if !reflect.DeepEqual(cfg.Cadvisor, old.Cadvisor) {
+		names = append(names, "cadvisor")
+	}
+	if !reflect.DeepEqual(cfg.GPU, old.GPU) {
+		names = append(names, "gpu")
+	}
+	if cfg.Web != old.Web {
+		names = append(names, "web")
+	}
+	// The user label's names come from the passwd file the cgroup
+	// collectors were built with.
+	if !reflect.DeepEqual(cfg.Workloads, old.Workloads) {
+		names = append(names, "workloads")
+	}
+	return names
 }
 
 // applyConfig hands a validated config to every component, Prometheus

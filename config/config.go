@@ -5,11 +5,13 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -315,6 +317,34 @@ func suggestName(err error) error {
 	return err
 }
 
+// joinInFileOrder joins the errors of the file's sections in line order,
+// each once: the schema walk's errors come with each section's decoding
+// error (a typo in gpu: beside one in global: was reported twice).
+func joinInFileOrder(errs []error) error {
+	var flat []error
+	seen := map[string]bool{}
+	for _, err := range errs {
+		for _, e := range unjoin(err) {
+			if msg := e.Error(); !seen[msg] {
+				seen[msg] = true
+				flat = append(flat, e)
+			}
+		}
+	}
+	line := func(err error) int {
+		var e *Error
+		if errors.As(err, &e) && e.Line > 0 {
+			return e.Line
+		}
+		return math.MaxInt // unplaced errors after the placed ones
+	}
+	slices.SortStableFunc(flat, func(a, b error) int { return cmp.Compare(line(a), line(b)) })
+	if len(flat) == 1 {
+		return flat[0]
+	}
+	return errors.Join(flat...)
+}
+
 // unjoin lists the errors an errors.Join made, or err alone.
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -406,7 +436,7 @@ func load(data []byte, file string, logger *slog.Logger) (*Config, *yaml.Node, e
 		errs = append(errs, s.errorFor(file, err, false))
 	}
 	if len(errs) > 0 {
-		return nil, nil, errors.Join(errs...)
+		return nil, nil, joinInFileOrder(errs)
 	}
 
 	return &Config{

@@ -167,6 +167,7 @@ func TestLoadErrors(t *testing.T) {
 		{"user with nothing", "users:\n  alice: {}\n", `test.yml:2: users.alice: gives no email, chat or receiver`},
 		{"digest schedule unparsable", "digests:\n  enabled: true\n  schedule: every monday\n", `test.yml:3: digests.schedule: "every monday" is not a day and time or a time ("Mon 08:00" weekly, "08:00" daily)`},
 		{"negative price per GPU-hour", "accounting:\n  price_per_gpu_hour:\n    default: 1.2\n    NVIDIA H100 80GB HBM3: -2.5\n", `test.yml:2: accounting.price_per_gpu_hour: "NVIDIA H100 80GB HBM3": -2.5 is not a price per GPU-hour (0 or more, e.g. 2.50)`},
+		{"flat price per GPU-hour", "accounting:\n  price_per_gpu_hour: 2.5\n", `test.yml:2: accounting.price_per_gpu_hour: "2.5" is not a mapping (key: value lines, or {key: value}) of GPU model to price; one price for every model is {default: 2.5}`},
 		{"price per GPU-hour not a number", "accounting:\n  price_per_gpu_hour:\n    default: .nan\n", `test.yml:2: accounting.price_per_gpu_hour: "default": NaN is not a price per GPU-hour (0 or more, e.g. 2.50)`},
 		{"relabel action", "scrape_configs:\n  - job_name: a\n    relabel_configs:\n      - action: foo\n", `test.yml:4: scrape_configs[0].relabel_configs[0].action: unknown relabel action "foo"`},
 		{"scrape timeout above the job's interval", "global:\n  scrape_interval: 1m\nscrape_configs:\n  - job_name: a\n    scrape_timeout: 3m\n", `test.yml:4: scrape_configs[0]: scrape timeout greater than scrape interval for scrape config with job name "a"`},
@@ -191,7 +192,11 @@ func TestLoadErrors(t *testing.T) {
 		// cases): a type error beside a refused value, two refused values
 		// of one section, a reserved job name beside a Prometheus error.
 		{"type error and refused value", "web:\n  listen_address: 9089\naccounting:\n  price_per_kwh: cheap\n",
-			`test.yml:4: accounting.price_per_kwh: "cheap" is not a number` + "\n" + `test.yml:2: web.listen_address: "9089" is not host:port (e.g. 0.0.0.0:9089 or :9089)`},
+			`test.yml:2: web.listen_address: "9089" is not host:port (e.g. 0.0.0.0:9089 or :9089)` + "\n" + `test.yml:4: accounting.price_per_kwh: "cheap" is not a number`},
+		// A typo in global: beside one in a gpuscope section: each once,
+		// in line order (the walk's errors came with both sections').
+		{"typos in global and gpu", "global:\n  scrape_intervall: 15s\ngpu:\n  backend: auto\n  famlies: {}\n",
+			"test.yml:2: global.scrape_intervall: unknown key (did you mean scrape_interval?)" + "\n" + "test.yml:5: gpu.famlies: unknown key (did you mean families?)"},
 		{"two refused values of a section", "web:\n  listen_address: ':99999'\n  external_url: gpu-01:9089\n",
 			`test.yml:2: web.listen_address: port 99999 of ":99999" is not between 0 and 65535` + "\n" + `test.yml:3: web.external_url: "gpu-01:9089" is not an absolute URL (e.g. http://gpu-01:9089/)`},
 		{"reserved job and a Prometheus error", "global:\n  scrape_interval: fast\nscrape_configs:\n  - job_name: gpuscope\n",

@@ -198,7 +198,13 @@ func (s *schema) walk(n *yaml.Node, t reflect.Type, path string, v2 bool) {
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			s.fail(n.Line, path, got(n)+" is not "+want(t))
+			msg := got(n) + " is not " + want(t)
+			// A price per GPU-hour is by model: the flat price a user
+			// writes first gets its spelling.
+			if path == "accounting.price_per_gpu_hour" && n.Kind == yaml.ScalarNode {
+				msg += " of GPU model to price; one price for every model is {default: " + n.Value + "}"
+			}
+			s.fail(n.Line, path, msg)
 			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {

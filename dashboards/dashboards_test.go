@@ -189,6 +189,31 @@ func TestProvision(t *testing.T) {
 
 	_, err = Provision(set, dir, ProvisionOptions{ScrapeInterval: 15e9})
 	require.ErrorContains(t, err, "--url")
+
+	// A URL without a scheme is refused before anything is written: Grafana
+	// would keep it and fail every query.
+	empty := t.TempDir()
+	for _, bad := range []string{"localhost:9089", "gpuscope:9089", "ftp://gpuscope:9089", "http://"} {
+		_, err = Provision(set, empty, ProvisionOptions{URL: bad, ScrapeInterval: 15e9})
+		require.ErrorContains(t, err, `--url "`+bad+`" is not an http:// or https:// address`)
+	}
+	entries, err := os.ReadDir(empty)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
+
+func TestIsLoopbackURL(t *testing.T) {
+	for u, want := range map[string]bool{
+		"http://localhost:9089":       true,
+		"http://127.0.0.1:9089":       true,
+		"http://127.1.2.3:9089":       true,
+		"http://[::1]:9089":           true,
+		"http://gpuscope:9089":        false,
+		"http://10.0.0.7:9089":        false,
+		"http://host.docker.internal": false,
+	} {
+		require.Equal(t, want, IsLoopbackURL(u), u)
+	}
 }
 
 // Test binaries carry no module list, so PrometheusVersion falls back to a

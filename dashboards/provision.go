@@ -2,6 +2,8 @@ package dashboards
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -52,6 +54,11 @@ func Export(s *Set, dir string) ([]string, error) {
 func Provision(s *Set, dir string, o ProvisionOptions) ([]string, error) {
 	if o.URL == "" {
 		return nil, fmt.Errorf("the URL Grafana reaches gpuscope at is required (--url)")
+	}
+	// Grafana stores the data source's url as given and fails on every
+	// query of one without a scheme, long after this command said nothing.
+	if u, err := url.Parse(o.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--url %q is not an http:// or https:// address (e.g. http://gpuscope-host:9089)", o.URL)
 	}
 	if o.ScrapeInterval <= 0 {
 		return nil, fmt.Errorf("scrape interval must be positive, got %s", o.ScrapeInterval)
@@ -191,4 +198,20 @@ func PrometheusVersion() string {
 		return fmt.Sprintf("%d.%d.%d", minor/100, minor%100, patch)
 	}
 	return fallback
+}
+
+// IsLoopbackURL reports whether u names this host's loopback (localhost,
+// 127.0.0.0/8, ::1): from inside Grafana's container that is Grafana
+// itself, so a data source written with it answers nothing there.
+func IsLoopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	h := p.Hostname()
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }

@@ -91,7 +91,7 @@ func buildTools(dir string) (tools, error) {
 	// remove_all_sd leaves out the cloud and Kubernetes service
 	// discoveries (their SDKs are most of a cold build: about 20 minutes
 	// of CPU with them); the tests use static and file configs only.
-	err = goBuild(filepath.Join(toolsDir, "prometheus"), bin, []string{"-tags=remove_all_sd"},
+	err = goBuild(filepath.Join(toolsDir, "prometheus"), bin, []string{"-tags=remove_all_sd"}, "",
 		"github.com/prometheus/prometheus/cmd/prometheus",
 		"github.com/prometheus/prometheus/cmd/promtool")
 	if err != nil {
@@ -134,7 +134,12 @@ func buildTools(dir string) (tools, error) {
 	if err := os.WriteFile(strings.TrimSuffix(modfile, ".mod")+".sum", goSum, 0o644); err != nil {
 		return tools{}, err
 	}
-	err = goBuild(amDir, bin, []string{"-modfile=" + modfile},
+	// Stamped with its release as Alertmanager's own build is: amtool
+	// then checks the server's version against its own, and warns on
+	// every command when they differ (an embedded Alertmanager that
+	// reported gpuscope's version did).
+	stamp := "-X github.com/prometheus/common/version.Version=" + strings.TrimPrefix(mod.Version, "v")
+	err = goBuild(amDir, bin, []string{"-modfile=" + modfile}, stamp,
 		"github.com/prometheus/alertmanager/cmd/alertmanager",
 		"github.com/prometheus/alertmanager/cmd/amtool")
 	if err != nil {
@@ -154,13 +159,13 @@ func (ts tools) exist() bool {
 }
 
 // goBuild runs one `go build` of pkgs in the module at modDir, writing
-// the executables into bin.
-func goBuild(modDir, bin string, flags []string, pkgs ...string) error {
+// the executables into bin; ldflags are added to the linker's.
+func goBuild(modDir, bin string, flags []string, ldflags string, pkgs ...string) error {
 	// Without the symbol table and DWARF, as the gpuscope binary: less
 	// work for the linker, which is most of a cached build. Pure Go:
 	// neither program needs cgo.
 	args := append([]string{"build"}, flags...)
-	args = append(args, "-trimpath", "-ldflags=-s -w", "-o", bin+string(filepath.Separator))
+	args = append(args, "-trimpath", strings.TrimSpace("-ldflags=-s -w "+ldflags), "-o", bin+string(filepath.Separator))
 	args = append(args, pkgs...)
 	build := exec.Command("go", args...)
 	build.Dir = modDir

@@ -34,7 +34,10 @@ type gpuPageView struct {
 	Events           *eventsView
 	Workloads        []gpuWorkload
 	WorkloadErr      string
-	Overview         string
+	// Processes are the GPU's processes now: on a live page only (a
+	// range in the past has no such list; its workloads stand for them).
+	Processes *processesView
+	Overview  string
 }
 
 type migView struct{ ID, Profile string }
@@ -105,6 +108,10 @@ func (h *Handler) gpuPage(c echo.Context) error {
 	v.Charts, v.Events = hp.run(specs, gpuEvents)
 	gpuEnergy(hp, v)
 	v.Workloads, v.WorkloadErr = gpuWorkloads(v.Charts)
+	if hp.tr.Live && h.opts.GPUProcesses != nil {
+		asked := askProcesses(c.Request().Context(), h.opts.GPUProcesses, []string{node}, h.overviewOptions().QueryTimeout)
+		v.Processes = processesFor(asked[node], gpu)
+	}
 	if err := newDrawing(hp.ax).draw(v.Charts, v.Events); err != nil {
 		return err
 	}

@@ -123,6 +123,13 @@ func newHistory(t testing.TB) historyFixture {
 // newHistoryAt is newHistory with the pages' clock at now.
 func newHistoryAt(t testing.TB, now time.Time) historyFixture {
 	t.Helper()
+	return newHistoryWith(t, now, nil)
+}
+
+// newHistoryWith is newHistoryAt with the handler's options changed by
+// with before it is made.
+func newHistoryWith(t testing.TB, now time.Time, with func(*Options)) historyFixture {
+	t.Helper()
 	st := promqltest.LoadedStorage(t, historyLoad())
 	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, promqltest.DefaultMaxSamplesPerQuery)
 	rm := rules.NewManager(&rules.ManagerOptions{
@@ -133,13 +140,17 @@ func newHistoryAt(t testing.TB, now time.Time) historyFixture {
 		Rules: runningGroups{rules.NewGroup(rules.GroupOptions{Name: "gpuscope.accounting", Interval: time.Minute})}})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	h := New(Options{
+	o := Options{
 		ListenAddress: "127.0.0.1:0", Gatherer: reg, Registerer: reg,
 		API: &APIOptions{QueryEngine: engine, Queryable: sampleAndChunk{st}, RuleManager: rm, Workloads: reporter,
 			BuildInfo: &apiv1.PrometheusVersion{Version: "1.2.3"}, Config: func() promconfig.Config { return promconfig.DefaultConfig },
 			Parser: parser.NewParser(parser.Options{})},
 		Overview: OverviewOptions{Now: func() time.Time { return now }, ScrapeInterval: func() time.Duration { return time.Minute }},
-	})
+	}
+	if with != nil {
+		with(&o)
+	}
+	h := New(o)
 	h.SetReady(true)
 	srv := httptest.NewServer(h.echo)
 	t.Cleanup(srv.Close)

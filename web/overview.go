@@ -141,7 +141,9 @@ type gpuCard struct {
 	ClassErr                   string
 	Workloads                  []workloadView
 	WorkloadErr                string
-	Spark                      *sparkline
+	// Processes are the GPU's processes now (a live page only).
+	Processes *processesView
+	Spark     *sparkline
 }
 
 type workloadView struct {
@@ -220,6 +222,9 @@ func (h *Handler) overview(c echo.Context) error {
 		if h.collect(ctx, p, o, src, sparklines) {
 			status = http.StatusNotFound
 		}
+		if h.opts.GPUProcesses != nil && (p.Agent || p.Range.Live) {
+			h.cardProcesses(ctx, p, o.QueryTimeout)
+		}
 	}
 	if h.opts.API != nil && p.Ready {
 		h.activity(ctx, p, src, now)
@@ -232,6 +237,26 @@ func (h *Handler) overview(c echo.Context) error {
 		return fmt.Errorf("render overview page: %w", err)
 	}
 	return nil
+}
+
+// cardProcesses puts on each card the processes its GPU runs now, asked
+// of every node shown at once.
+func (h *Handler) cardProcesses(ctx context.Context, p *overviewPage, timeout time.Duration) {
+	var nodes []string
+	for _, nv := range p.Nodes {
+		if len(nv.Cards) > 0 {
+			nodes = append(nodes, nv.Instance)
+		}
+	}
+	if len(nodes) == 0 {
+		return
+	}
+	asked := askProcesses(ctx, h.opts.GPUProcesses, nodes, timeout)
+	for _, nv := range p.Nodes {
+		for _, g := range nv.Cards {
+			g.Processes = processesFor(asked[nv.Instance], g.GPU)
+		}
+	}
 }
 
 // dashboardLinks are the built-in dashboards' downloads, and links into

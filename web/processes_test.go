@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +83,75 @@ func TestGPUProcessesAPI(t *testing.T) {
 	t.Cleanup(bare.Close)
 	code, _ := get(t, bare.URL+"/api/v1/gpu/processes")
 	require.Equal(t, http.StatusNotFound, code)
+}
+
+// processesFunc is a GPUProcessSource made of a function.
+type processesFunc func(ctx context.Context, node, gpuSel string) (gpu.ProcessList, error)
+
+func (f processesFunc) GPUProcesses(ctx context.Context, node, gpuSel string) (gpu.ProcessList, error) {
+	return f(ctx, node, gpuSel)
+}
+
+// TestPagesListGPUProcesses: the GPU page and the overview's card list
+// the processes a GPU runs now (pid, user, command, GPU memory, its
+// workload), from the same source as /api/v1/gpu/processes; a range in
+// the past lists none; a node that cannot be asked says why on its
+// card and page; a node processes cannot be asked of (only stored here)
+// shows no list and no error.
+func TestPagesListGPUProcesses(t *testing.T) {
+	now := historyEnd
+	past := "&to=" + formatNum(unixSeconds(historyEnd.Add(-time.Hour)))
+	process := func(t *testing.T, body string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?s)<tr class="process" data-pid="42">.*?</tr>`).FindString(body)
+		require.NotEmpty(t, m, body)
+		return m
+	}
+
+	f := newHistoryWith(t, now, func(o *Options) { o.GPUProcesses = fakeProcesses{} })
+	code, body := get(t, f.srv.URL+"/gpu/n1/0")
+	require.Equal(t, http.StatusOK, code, body)
+	row := process(t, body)
+	for _, want := range []string{">42<", ">alice<", "<code>python &lt;train&gt;.py</code>", `data-memory="1073741824">1.0 GiB<`,
+		`<a href="workload/alice:%20session-3"><code>alice: session-3</code></a>`} {
+		require.Contains(t, row, want)
+	}
+	require.Contains(t, body, "As the driver listed them at 22:13:20 UTC.")
+
+	code, body = get(t, f.srv.URL+"/gpu/n1/0?range=1h"+past)
+	require.Equal(t, http.StatusOK, code, body)
+	require.NotContains(t, body, `id="processes"`, "a range in the past has no live list")
+
+	code, body = get(t, f.srv.URL+"/?node=n1")
+	require.Equal(t, http.StatusOK, code, body)
+	card := body[strings.Index(body, `<section class="gpu-card" data-instance="n1" data-gpu="0"`):]
+	card = card[:strings.Index(card, "</section>")]
+	require.Contains(t, card, `<ul class="processes" data-field="processes" data-value="1"><li class="gpu-process" data-pid="42">42 <span class="user">alice</span> <code>python &lt;train&gt;.py</code> 1.0 GiB</li></ul>`)
+	code, body = get(t, f.srv.URL+"/?node=n1&range=1h"+past)
+	require.Equal(t, http.StatusOK, code, body)
+	require.NotContains(t, body, `class="gpu-process"`)
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // on the page and the card; "" for nothing
+	}{
+		{"an agent that does not answer", errors.New("ask node \"n1\": context deadline exceeded"), `ask node &#34;n1&#34;: context deadline exceeded`},
+		{"a node only stored here", fmt.Errorf("%w: not a node", ErrNotFound), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newHistoryWith(t, now, func(o *Options) {
+				o.GPUProcesses = processesFunc(func(context.Context, string, string) (gpu.ProcessList, error) { return gpu.ProcessList{}, tc.err })
+			})
+			_, page := get(t, f.srv.URL+"/gpu/n1/0")
+			_, overview := get(t, f.srv.URL+"/?node=n1")
+			if tc.want == "" {
+				require.NotContains(t, page, `id="processes"`)
+				require.NotContains(t, overview, `data-field="processes"`)
+				return
+			}
+			require.Contains(t, page, `<section id="processes"><h2>Processes now</h2><p class="error">`+tc.want+`</p>`)
+			require.Contains(t, overview, `<p class="error" data-field="processes">processes: `+tc.want+`</p>`)
+		})
+	}
 }

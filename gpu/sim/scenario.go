@@ -149,7 +149,6 @@ func (g *simGPU) step(t, dt float64) simState {
 	}
 	st.memTemp = st.temp + 6
 	st.memUsedMiB = clamp(st.memUsedMiB, 0, g.memoryMiB-simReservedMiB)
-	g.energyMJ += st.power * dt * 1000
 	return st
 }
 

@@ -172,6 +172,10 @@ func (b *Backend) Sample(_ context.Context, now time.Time) *gpu.Sample {
 		g.offBus = false
 		g.lastAt = now
 		st := g.step(t, dt)
+		// The scenarios run at time_scale, but a joule is a watt for a
+		// real second: energy follows the wall clock, as GPU-hours do,
+		// so a demo's report shows an H100's 700 W, not 30 times it.
+		g.energyMJ += st.power * dt / b.cfg.TimeScale * 1000
 		if err := b.fill(gs, g, st); err != nil {
 			s.AddError(g.info, gpu.FieldContainerMemory.String(), err)
 		}

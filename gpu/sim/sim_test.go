@@ -203,6 +203,31 @@ func TestSimScenarios(t *testing.T) {
 	require.InDelta(t, 60*600*1000, e2-e1, 60*150*1000, "about 600 W for a minute, in mJ")
 }
 
+// TestSimEnergyInRealTime: at a time scale (the demo's 30), the scenarios
+// run faster but energy is power over real time, as GPU-hours are: a
+// minute of wall clock is a minute of the GPU's power, whatever the
+// scale (the demo once reported 18 kW per H100).
+func TestSimEnergyInRealTime(t *testing.T) {
+	for _, scale := range []float64{1, 30} {
+		clock := gputest.NewClock()
+		o := simOptions(clock)
+		o.Sim.TimeScale = scale
+		c, reg := testCollector(t, o)
+		gpu0 := map[string]string{"gpu": "0"}
+		sampleOnce(t, c)
+		e1 := gputest.MustLookup(t, reg, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu0)
+		var watts float64
+		for range 60 {
+			clock.Advance(time.Second)
+			sampleOnce(t, c)
+			watts += gputest.MustLookup(t, reg, "DCGM_FI_DEV_POWER_USAGE", gpu0)
+		}
+		e2 := gputest.MustLookup(t, reg, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu0)
+		// Each second's energy is that second's power (whole mJ).
+		require.InDelta(t, watts*1000, e2-e1, 61, "time scale %g: energy over a minute against the minute's power readings", scale)
+	}
+}
+
 func TestSimIdentity(t *testing.T) {
 	clock := gputest.NewClock()
 	o := simOptions(clock)
