@@ -140,7 +140,7 @@ printf 't_s\tcheck\tuser\tresult\tdetail\n' >"$out/summary.tsv"
 : >"$out/check.log"
 
 # Scratch space the unprivileged user can read: binaries, logs, expositions.
-work=$(mktemp -d /tmp/gpucheck.XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpucheck.XXXXXX")
 chmod 755 "$work"
 raw=$work/raw
 mkdir -p "$raw"

@@ -240,6 +240,9 @@ func newScriptRun(t *testing.T, o scriptOptions) *scriptRun {
 		"PYTHONDONTWRITEBYTECODE=1", // no __pycache__ beside the stand-in torch
 		"FAKE_DMESG_STATE="+filepath.Join(t.TempDir(), "dmesg-called"),
 		"GPUCHECK_SETTLE_S=0",
+		// Its work directory, which a SIGKILLed run cannot remove
+		// (TestCheckRealGPUScriptKilled), goes where the test's go.
+		"TMPDIR="+t.TempDir(),
 		r.marker,
 	)
 	r.cmd.Env = append(r.cmd.Env, o.env...)
