@@ -423,6 +423,14 @@ WantedBy=default.target
 		for k, v := range want {
 			require.Equal(t, v, got[k], "%s\n--- check output:\n%s\n--- journal of gpuscope.service:\n%s", k, out, journal)
 		}
+		// The upgrade kept every scrape and sample stored before it,
+		// counted at a time the appliance was stopped.
+		for _, k := range []string{"scrapes", "samples"} {
+			n, err := strconv.ParseFloat(got[k+"-before-upgrade"], 64)
+			require.NoError(t, err, "%s stored before the upgrade\n--- check output:\n%s", k, out)
+			require.Positive(t, n, "%s stored before the upgrade\n--- check output:\n%s", k, out)
+			require.Equal(t, got[k+"-before-upgrade"], got[k+"-after-upgrade"], "%s kept through the upgrade\n--- check output:\n%s", k, out)
+		}
 	})
 
 	step("rpm install and erase", func(t *testing.T) {
@@ -477,6 +485,15 @@ fi
 
 # The agent: installed disabled; started, it takes the appliance's place
 # (Conflicts=), which stops cleanly: every sample up to now is on disk.
+# First a scrape stored, for the upgrade's comparison below (a target's
+# first scrape comes up to a scrape interval after the start).
+# -G --data-urlencode: a query's [1h] in a URL is curl's glob syntax.
+value() { sed -n 's/.*"value":\[[^,]*,"\([^"]*\)"\].*/\1/p'; }
+for i in $(seq 60); do
+	n=$(curl -fsS -G --max-time 10 --data-urlencode 'query=sum(count_over_time(up[1h]))' http://127.0.0.1:9089/api/v1/query | value)
+	[ -n "$n" ] && break
+	sleep 1
+done
 echo "agent-enabled=$(systemctl is-enabled gpuscope-agent.service)"
 systemctl start gpuscope-agent.service
 a=no; for i in $(seq 60); do if get /metrics/gpu >/dev/null 2>&1; then a=yes; break; fi; sleep 1; done
@@ -486,8 +503,14 @@ echo "appliance-beside-agent=$(systemctl is-active gpuscope.service)"
 apid=$(systemctl show -p MainPID --value gpuscope-agent.service)
 echo "agent-user=$(ps -o user= -p "$apid")"
 journalctl -u gpuscope-agent.service --no-pager > /root/gpuscope-agent.journal
+# A time while the appliance is stopped: what it stored up to then is
+# all it will ever store up to then, so the upgrade must keep exactly it.
+stopped_at=$(date +%s)
 systemctl start gpuscope.service
 wait_ready
+stored() { curl -fsS -G --max-time 10 --data-urlencode "query=$1" --data-urlencode "time=$stopped_at" http://127.0.0.1:9089/api/v1/query | value; }
+echo "scrapes-before-upgrade=$(stored 'sum(count_over_time(up[1h]))')"
+echo "samples-before-upgrade=$(stored 'sum(sum_over_time(scrape_samples_scraped[1h]))')"
 echo "agent-after-appliance=$(systemctl is-active gpuscope-agent.service)"
 
 # Upgrade in place with the service running: it restarts on the new
@@ -497,6 +520,8 @@ wait_ready
 echo "active-after-upgrade=$(systemctl is-active gpuscope.service)"
 echo "version-after-upgrade=$(get /api/v1/status/buildinfo | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')"
 if [ -d /var/lib/gpuscope/wal ]; then echo data-after-upgrade=present; else echo data-after-upgrade=missing; fi
+echo "scrapes-after-upgrade=$(stored 'sum(count_over_time(up[1h]))')"
+echo "samples-after-upgrade=$(stored 'sum(sum_over_time(scrape_samples_scraped[1h]))')"
 journalctl -u gpuscope.service --no-pager > /root/gpuscope.journal
 dpkg --remove gpuscope
 echo "active-after-remove=$(systemctl is-active gpuscope.service)"
