@@ -405,3 +405,21 @@ func storedValues(t *testing.T, p *process, expr string, start, end time.Time) [
 	slices.Sort(out)
 	return out
 }
+
+// TestReloadNamesStartOnlySections: a reload applies what it can and says
+// which changed sections wait for the next start; among them
+// workloads.passwd_file, which the collectors read when they are built
+// (a reload once took it silently).
+func TestReloadNamesStartOnlySections(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgFile := writeConfig(t, dir, "global:\n  scrape_interval: 5s\n")
+	p := serve(t, "", configFile(cfgFile))
+
+	require.NoError(t, p.reload())
+	require.NotContains(t, p.out.String(), "take effect at the next start", "nothing changed")
+
+	writeConfig(t, dir, fmt.Sprintf("global:\n  scrape_interval: 5s\nworkloads:\n  passwd_file: %s\n", passwdFixture(t)))
+	require.NoError(t, p.reload())
+	require.Contains(t, p.out.String(), `msg="These sections changed, and take effect at the next start; the rest is applied now" sections=workloads`)
+}
