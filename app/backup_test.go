@@ -83,7 +83,12 @@ func TestBackupUnderLoadAndRestore(t *testing.T) {
 		m, queries = backupUnderStorm(t, p, start, dest)
 		t.Logf("attempt %d: %s; %d range queries beside it", attempt, backup.Describe(dest, m), queries)
 		after = everySample(t, p.Client, time.Now())
-		oldest := oldestMissing(after, backupSamples(t, dest), m.TSDB.MaxTime)
+		oldest := m.TSDB.MaxTime + 1
+		for _, d := range differing(after, backupSamples(t, dest), m.TSDB.MaxTime) {
+			if !d.present {
+				oldest = min(oldest, d.ts)
+			}
+		}
 		var held float64
 		for _, r := range p.Client.Report(start, time.UnixMilli(oldest-1).Truncate(time.Second)) {
 			held += r.GPUHours
@@ -106,44 +111,26 @@ func TestBackupUnderLoadAndRestore(t *testing.T) {
 	q := serve(t, into, demo, configFile(cfg))
 	restored := everySample(t, q.Client, time.UnixMilli(m.TSDB.MaxTime))
 
-	var lost, invented int
-	for series, samples := range before {
-		for ts, v := range samples {
-			if got, ok := restored[series][ts]; !ok || !sameValue(got, v) {
-				lost++
-				if lost < 5 {
-					t.Errorf("lost: %s at %d (%v): restored %v, %v", series, ts, v, got, ok)
-				}
-			}
-		}
+	lost := differing(before, restored, math.MaxInt64)
+	for _, d := range lost[:min(len(lost), 4)] {
+		t.Errorf("lost: %s", d)
 	}
 	oldestLate := m.TSDB.MaxTime + 1
 	var late int
-	for series, samples := range after {
-		for ts, v := range samples {
-			if ts > m.TSDB.MaxTime {
-				continue
-			}
-			if _, ok := restored[series][ts]; !ok {
-				late++
-				oldestLate = min(oldestLate, ts)
-			} else if !sameValue(restored[series][ts], v) {
-				t.Errorf("%s at %d: %v, restored %v", series, ts, v, restored[series][ts])
-			}
+	for _, d := range differing(after, restored, m.TSDB.MaxTime) {
+		if !d.present {
+			late++
+			oldestLate = min(oldestLate, d.ts)
+		} else {
+			t.Errorf("changed: %s", d)
 		}
 	}
-	for series, samples := range restored {
-		for ts, v := range samples {
-			if got, ok := after[series][ts]; !ok || !sameValue(got, v) {
-				invented++
-				if invented < 5 {
-					t.Errorf("invented: %s at %d (%v): the first appliance has %v, %v", series, ts, v, got, ok)
-				}
-			}
-		}
+	invented := differing(restored, after, math.MaxInt64)
+	for _, d := range invented[:min(len(invented), 4)] {
+		t.Errorf("invented: %s (not in the first appliance)", d)
 	}
-	require.Zero(t, lost, "samples stored before the backup and missing from it")
-	require.Zero(t, invented, "samples in the restored appliance the first never had")
+	require.Empty(t, lost, "samples stored before the backup and missing from it")
+	require.Empty(t, invented, "samples in the restored appliance the first never had")
 	t.Logf("%d series and %d samples stored before the backup, all restored; %d committed after the snapshot with timestamps before its newest sample, the oldest at %s",
 		len(before), count(before), late, time.UnixMilli(oldestLate).UTC().Format(time.RFC3339Nano))
 
@@ -248,19 +235,34 @@ func backupSamples(t *testing.T, dir string) map[string]map[int64]model.SampleVa
 	return out
 }
 
-// oldestMissing is the oldest timestamp, at most maxTime, of a sample in
-// have that got lacks: one committed after the snapshot with an older
-// timestamp (cAdvisor stamps its own); maxTime+1 if none.
-func oldestMissing(have, got map[string]map[int64]model.SampleValue, maxTime int64) int64 {
-	oldest := maxTime + 1
+// sampleDiff is a sample of one store that another lacks (present
+// false) or holds with another value.
+type sampleDiff struct {
+	series    string
+	ts        int64
+	want, got model.SampleValue
+	present   bool
+}
+
+func (d sampleDiff) String() string {
+	return fmt.Sprintf("%s at %d (%v): the other has %v, %v", d.series, d.ts, d.want, d.got, d.present)
+}
+
+// differing lists the samples of have, at timestamps up to maxTime,
+// that got lacks or holds with another value.
+func differing(have, got map[string]map[int64]model.SampleValue, maxTime int64) []sampleDiff {
+	var out []sampleDiff
 	for series, samples := range have {
-		for ts := range samples {
-			if _, ok := got[series][ts]; !ok && ts <= maxTime {
-				oldest = min(oldest, ts)
+		for ts, v := range samples {
+			if ts > maxTime {
+				continue
+			}
+			if g, ok := got[series][ts]; !ok || !sameValue(g, v) {
+				out = append(out, sampleDiff{series, ts, v, g, ok})
 			}
 		}
 	}
-	return oldest
+	return out
 }
 
 // everySample is every sample an appliance holds up to at, by series and
