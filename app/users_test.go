@@ -128,7 +128,17 @@ nodes:
 		})
 	}
 
-	code, body := p.get("/api/v1/gpu/processes?node=nosuch")
+	// The pages of this young appliance, live (the range ends now): the
+	// GPU page's table and the overview's card list the process the
+	// agent reads, with its user and command.
+	code, body := p.get("/gpu/" + node + "/0")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Regexp(t, `<tr class="process" data-pid="`+strconv.Itoa(pid)+`"><td>`+strconv.Itoa(pid)+`</td><td>alice</td><td><code>sleep 600</code>`, body)
+	code, body = p.get("/?node=" + node)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<li class="gpu-process" data-pid="`+strconv.Itoa(pid)+`">`+strconv.Itoa(pid)+` <span class="user">alice</span> <code>sleep 600</code>`)
+
+	code, body = p.get("/api/v1/gpu/processes?node=nosuch")
 	require.Equal(t, http.StatusNotFound, code, body)
 	require.Contains(t, body, `"errorType":"not_found"`)
 	require.Contains(t, body, `\"nosuch\" is neither this appliance's node`)
